@@ -1,0 +1,411 @@
+"""The rule library: schema, loader and lint checks.
+
+A rule is one YAML file ``rules/<area>/<id>.yaml``; its fixtures sit beside it as
+``<id>.match*.log`` (must produce the rule) and ``<id>.nomatch*.log`` (must not).
+The pydantic models below are the schema: unknown keys are rejected and every error names
+the file and the field, so a typo in a rule never silently disables it.
+"""
+
+from __future__ import annotations
+
+import re as stdlib_re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import regex
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from app.errors import RuleError
+
+RULE_ID = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
+CLASS_ID = r"^[a-z0-9_]+(?:\.[a-z0-9_]+)?$"
+FRAMEWORKS = (
+    "roll",
+    "chatlearn",
+    "slime",
+    "verl",
+    "openrlhf",
+    "megatron",
+    "deepspeed",
+    "vllm",
+    "sglang",
+    "ray",
+    "pytorch",
+)
+Framework = Literal[
+    "roll",
+    "chatlearn",
+    "slime",
+    "verl",
+    "openrlhf",
+    "megatron",
+    "deepspeed",
+    "vllm",
+    "sglang",
+    "ray",
+    "pytorch",
+]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Status(StrEnum):
+    experimental = "experimental"
+    stable = "stable"
+    deprecated = "deprecated"
+
+
+class Severity(StrEnum):
+    critical = "critical"
+    error = "error"
+    warning = "warning"
+    info = "info"
+
+    @property
+    def weight(self) -> int:
+        return {"critical": 3, "error": 2, "warning": 1, "info": 0}[self.value]
+
+
+def _check_pattern(p: str) -> str:
+    try:
+        compiled = regex.compile(p)
+    except regex.error as exc:
+        raise ValueError(f"invalid regex {p!r}: {exc}") from None
+    # The fast engine scans raw bytes where `^` would mean "start of the line including
+    # its Ray/rank prefix"; the verifier sees the same line. An anchored pattern would
+    # silently stop matching prefixed lines, so anchors are not allowed.
+    if p.startswith("^") or "(?m)" in p:
+        raise ValueError(f"pattern {p!r} is anchored with ^; rules match anywhere in a line")
+    if compiled.match(""):
+        raise ValueError(f"pattern {p!r} matches the empty string")
+    return p
+
+
+Pattern = Annotated[str, Field(min_length=4)]
+
+
+class Match(Strict):
+    """How a rule matches.
+
+    ``any``: line patterns; a line matching one of them is an *anchor*.
+    ``all``: each must also match some line within ``window`` lines of the anchor.
+    ``not``: none may match within ``window`` lines of the anchor (near-miss guard).
+    """
+
+    any: list[Pattern] = Field(min_length=1)
+    all: list[Pattern] = Field(default_factory=list)
+    not_: list[Pattern] = Field(default_factory=list, alias="not")
+    window: int = Field(default=0, ge=0, le=200)
+    ignore_case: bool = False
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("any", "all", "not_")
+    @classmethod
+    def _valid(cls, v: list[str]) -> list[str]:
+        return [_check_pattern(p) for p in v]
+
+    @model_validator(mode="after")
+    def _window_needed(self) -> Match:
+        if (self.all or self.not_) and self.window == 0:
+            raise ValueError("`all`/`not` need a `window` (lines around the anchor) of at least 1")
+        return self
+
+    @property
+    def flags(self) -> int:
+        return regex.IGNORECASE if self.ignore_case else 0
+
+    def group_names(self) -> set[str]:
+        names: set[str] = set()
+        for p in [*self.any, *self.all]:
+            names.update(regex.compile(p).groupindex)
+        return names
+
+
+class PatchTarget(StrEnum):
+    yaml = "yaml"  # a key in the job's YAML config (ROLL, ChatLearn, verl, OpenRLHF yaml)
+    hydra = "hydra"  # a dotted Hydra/OmegaConf override on the command line
+    cli = "cli"  # an argparse flag (slime, Megatron, DeepSpeed launcher, vLLM)
+    env = "env"  # an environment variable (shell export / Ray runtime_env env_vars)
+
+
+class PatchOp(StrEnum):
+    set = "set"
+    unset = "unset"
+    flag_on = "flag_on"
+    flag_off = "flag_off"
+
+
+class PatchSpec(Strict):
+    """A config change as declared in a rule; values are templates over captures/config."""
+
+    target: PatchTarget
+    path: list[str] = Field(min_length=1)
+    op: PatchOp = PatchOp.set
+    value: str | int | float | bool | None = None
+    why: str = Field(min_length=3)
+    frameworks: list[Framework] = Field(default_factory=list)
+    when: str | None = None  # expression; the patch is offered only when it is true
+
+    @model_validator(mode="after")
+    def _value_matches_op(self) -> PatchSpec:
+        if self.op is PatchOp.set and self.value is None:
+            raise ValueError("op `set` needs a `value`")
+        if self.op is not PatchOp.set and self.value is not None:
+            raise ValueError(f"op `{self.op.value}` takes no `value`")
+        if self.target is PatchTarget.cli and not self.path[-1].startswith("-"):
+            raise ValueError("a cli patch path ends in the flag itself, e.g. ['--max-tokens-per-gpu']")
+        return self
+
+
+class Reference(Strict):
+    title: str
+    url: str | None = None
+    kind: Literal["faq", "issue", "pr", "docs", "source", "log"] = "docs"
+    fix_status: Literal["fixed", "open", "workaround", "wontfix"] | None = None
+    fixed_in: str | None = None
+
+
+class FixtureExpect(Strict):
+    """Extra expectations for one ``*.match*.log`` fixture."""
+
+    captures: dict[str, str] = Field(default_factory=dict)
+    patch_values: dict[str, str] = Field(default_factory=dict)  # "a.b.c" or "--flag" -> value
+    framework: str | None = None
+
+
+class Rule(Strict):
+    id: Annotated[str, Field(pattern=RULE_ID)]
+    version: int = Field(ge=1)
+    status: Status
+    failure_class: Annotated[str, Field(pattern=CLASS_ID)]
+    severity: Severity
+    title: str = Field(min_length=5, max_length=120)
+    frameworks: list[Framework] = Field(default_factory=list)
+    versions: dict[str, str] = Field(default_factory=dict)
+    match: Match | None = None
+    # Rules with a trigger fire on job metadata rather than on log text (e.g. the job reported
+    # exit code 0 although the log ends in a fatal error).
+    trigger: Literal["exit_status_masked"] | None = None
+    explains: list[Annotated[str, Field(pattern=CLASS_ID)]] = Field(default_factory=list)
+    confidence: float = Field(default=0.8, gt=0, le=1)
+    explanation: str = Field(min_length=20)
+    remediation: str = Field(min_length=10)
+    patches: list[PatchSpec] = Field(default_factory=list)
+    references: list[Reference] = Field(default_factory=list)
+    fixtures: dict[str, FixtureExpect] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list)
+    deprecated_by: str | None = None
+
+    @model_validator(mode="after")
+    def _templates_use_known_names(self) -> Rule:
+        if (self.match is None) == (self.trigger is None):
+            raise ValueError("a rule has exactly one of `match` and `trigger`")
+        names = self.match.group_names() if self.match else set()
+        for name in stdlib_re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", self.remediation):
+            if name not in names:
+                raise ValueError(f"remediation uses {{{name}}} which no pattern captures")
+        return self
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    id: str
+    kind: str
+    summary: str
+    explains: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FrameworkDetector:
+    name: str
+    title: str
+    detect: tuple[str, ...]
+    version: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FactSpec:
+    """A value the log states somewhere (argument dumps, start-up lines); first one wins."""
+
+    name: str
+    type: Literal["int", "float", "str", "bool"]
+    patterns: tuple[str, ...]
+
+
+@dataclass
+class LoadedRule:
+    rule: Rule
+    path: Path
+    text: str  # the YAML as written, stored with analyses so old reports still render
+
+    @property
+    def fixtures(self) -> list[Path]:
+        return sorted(self.path.parent.glob(f"{self.rule.id}.*.log"))
+
+
+@dataclass
+class Library:
+    version: str
+    root: Path
+    rules: list[LoadedRule]
+    classes: dict[str, FailureClass]
+    frameworks: list[FrameworkDetector]
+    facts: list[FactSpec] = field(default_factory=list)
+    changelog: str = ""
+    _by_id: dict[str, LoadedRule] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_id = {lr.rule.id: lr for lr in self.rules}
+
+    def get(self, rule_id: str) -> LoadedRule | None:
+        return self._by_id.get(rule_id)
+
+    @property
+    def active(self) -> list[Rule]:
+        return [lr.rule for lr in self.rules if lr.rule.status is not Status.deprecated]
+
+    def kind_of(self, failure_class: str) -> str:
+        fc = self.classes.get(failure_class)
+        return fc.kind if fc else "unknown"
+
+
+def default_rules_dir() -> Path:
+    """The rules shipped with the project (repo checkout or installed data)."""
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[2] / "rules", here.parents[1] / "rules"):
+        if (candidate / "library.yaml").is_file():
+            return candidate
+    raise RuleError("cannot find the rule library (rules/library.yaml); pass --rules DIR")
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise RuleError(f"cannot parse YAML: {exc}", file=str(path)) from None
+
+
+def _load_classes(root: Path) -> dict[str, FailureClass]:
+    data = _read_yaml(root / "failure-classes.yaml")
+    extra = _read_yaml(root / "class-relations.yaml") if (root / "class-relations.yaml").exists() else {}
+    explains: dict[str, list[str]] = (extra or {}).get("explains", {})
+    out: dict[str, FailureClass] = {}
+    for cid, spec in (data or {}).get("classes", {}).items():
+        out[cid] = FailureClass(
+            id=cid, kind=spec["kind"], summary=spec["summary"], explains=tuple(explains.get(cid, ()))
+        )
+    return out
+
+
+def _load_frameworks(root: Path) -> list[FrameworkDetector]:
+    path = root / "frameworks.yaml"
+    if not path.exists():
+        return []
+    data = _read_yaml(path) or {}
+    out = []
+    for name, spec in data.get("frameworks", {}).items():
+        if name not in FRAMEWORKS:
+            raise RuleError(f"unknown framework {name!r}", file=str(path), field="frameworks")
+        for p in [*spec.get("detect", []), *spec.get("version", [])]:
+            try:
+                _check_pattern(p)
+            except ValueError as exc:
+                raise RuleError(str(exc), file=str(path), field=name) from None
+        out.append(
+            FrameworkDetector(
+                name=name,
+                title=spec.get("title", name),
+                detect=tuple(spec.get("detect", [])),
+                version=tuple(spec.get("version", [])),
+            )
+        )
+    return out
+
+
+def _load_facts(root: Path) -> list[FactSpec]:
+    path = root / "facts.yaml"
+    if not path.exists():
+        return []
+    data = _read_yaml(path) or {}
+    out = []
+    for name, spec in (data.get("facts") or {}).items():
+        ftype = spec.get("type", "str")
+        if ftype not in ("int", "float", "str", "bool"):
+            raise RuleError(f"unknown type {ftype!r}", file=str(path), field=f"{name}.type")
+        pats = tuple(spec.get("patterns") or ())
+        if not pats:
+            raise RuleError("a fact needs patterns", file=str(path), field=name)
+        for p in pats:
+            try:
+                _check_pattern(p)
+            except ValueError as exc:
+                raise RuleError(str(exc), file=str(path), field=name) from None
+            if "value" not in regex.compile(p).groupindex:
+                raise RuleError(f"pattern {p!r} must capture `value`", file=str(path), field=name)
+        out.append(FactSpec(name=name, type=ftype, patterns=pats))
+    return out
+
+
+def _format_validation(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(rule)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def load_rule(path: Path, *, classes: dict[str, FailureClass] | None = None) -> LoadedRule:
+    text = path.read_text(encoding="utf-8")
+    data = _read_yaml(path)
+    if not isinstance(data, dict):
+        raise RuleError("a rule file holds one mapping", file=str(path))
+    try:
+        rule = Rule.model_validate(data)
+    except ValidationError as exc:
+        raise RuleError(_format_validation(exc), file=str(path)) from None
+    if rule.id != path.stem:
+        raise RuleError(f"id {rule.id!r} differs from the file name", file=str(path), field="id")
+    if classes is not None:
+        for cls_field, value in [("failure_class", rule.failure_class)] + [
+            ("explains", c) for c in rule.explains
+        ]:
+            if value not in classes:
+                raise RuleError(
+                    f"{value!r} is not in failure-classes.yaml", file=str(path), field=cls_field
+                )
+    return LoadedRule(rule=rule, path=path, text=text)
+
+
+def load_library(root: Path | None = None) -> Library:
+    root = (root or default_rules_dir()).resolve()
+    meta = _read_yaml(root / "library.yaml") or {}
+    if "version" not in meta:
+        raise RuleError("missing `version`", file=str(root / "library.yaml"), field="version")
+    classes = _load_classes(root)
+    rules: list[LoadedRule] = []
+    seen: dict[str, Path] = {}
+    for path in sorted(root.glob("*/*.yaml")):
+        if path.parent.name.startswith("_"):
+            continue
+        lr = load_rule(path, classes=classes)
+        if lr.rule.id in seen:
+            raise RuleError(f"duplicate id, also in {seen[lr.rule.id]}", file=str(path), field="id")
+        seen[lr.rule.id] = path
+        rules.append(lr)
+    changelog_path = root / "CHANGELOG.md"
+    changelog = changelog_path.read_text(encoding="utf-8") if changelog_path.exists() else ""
+    return Library(
+        version=str(meta["version"]),
+        root=root,
+        rules=rules,
+        classes=classes,
+        frameworks=_load_frameworks(root),
+        facts=_load_facts(root),
+        changelog=changelog,
+    )

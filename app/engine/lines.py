@@ -1,0 +1,112 @@
+"""Line normalisation and launcher-prefix parsing.
+
+Only lines the scanner reports are normalised (the hot path never touches the rest), so this
+module favours clarity over speed. The prefixes understood, outermost first:
+
+- pdsh/DeepSpeed multi-node launcher: ``worker-3: ...``
+- mpirun ``--tag-output``: ``[1,3]<stderr>: ...``
+- ``srun --label``: ``3: ...``
+- Ray worker prefix: ``(WorkerDict pid=81234, ip=10.0.3.17) ...`` (also ``(raylet, ip=...)``)
+- torchrun ``--tee``/``--redirects``: ``[rank3]: ...`` and ``[default3]: ...`` (local rank)
+- NCCL debug lines: ``node-3:81234:81240 [3] NCCL INFO ...``
+and the Ray dedup suffix ``[repeated 7x across cluster]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import regex
+
+_ANSI = regex.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
+_PREFIXES = [
+    # (kind, pattern); patterns are tried repeatedly at the start of the remaining text
+    ("mpi", regex.compile(r"\[(?P<job>\d+),(?P<rank>\d+)\]<std(?:out|err)>:\s?")),
+    ("torchrun", regex.compile(r"\[(?:rank|default)(?P<rank>\d+)\]:\s?")),
+    (
+        "ray",
+        regex.compile(
+            r"\((?P<actor>[^()\s,]*(?:\([^()]*\))?[^()\s,]*)?(?:,?\s*pid=(?P<pid>\d+))?"
+            r"(?:,\s*ip=(?P<ip>[\d.:a-fA-F]+))?(?:,\s*repeated\s+\d+x)?\)\s"
+        ),
+    ),
+    ("srun", regex.compile(r"(?P<rank>\d{1,5}):\s")),
+    # a host name carries a digit (node-12, worker3); exception names never do
+    ("pdsh", regex.compile(r"(?P<host>[A-Za-z][\w.-]*\d[\w.-]*):\s")),
+    ("timestamp", regex.compile(r"\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s*")),
+]
+_NCCL = regex.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL ")
+_REPEATED = regex.compile(r"\[repeated (?P<n>\d+)x across cluster\]\s*$")
+_RANK_WORD = regex.compile(r"\[(?:Rank|rank) (?P<rank>\d+)\]|\brank[ =:](?P<rank2>\d+)\b")
+
+
+@dataclass
+class LineContext:
+    rank: int | None = None
+    pid: int | None = None
+    ip: str | None = None
+    host: str | None = None
+    actor: str | None = None
+    repeats: int = 1  # the Ray dedup suffix says how many times this line stands for
+
+    @property
+    def where(self) -> str | None:
+        return self.host or self.ip
+
+
+def normalise(raw: bytes, *, max_chars: int) -> str:
+    """Decode (bad UTF-8 replaced), drop ANSI escapes and progress-bar redraws."""
+    text = raw.decode("utf-8", errors="replace")
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        # tqdm redraws with \r; what the user saw last is the final non-empty segment,
+        # but an error printed between redraws must survive, so keep all distinct segments.
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = " \u23ce ".join(dict.fromkeys(parts)) if len(parts) > 1 else (parts[0] if parts else "")
+    if len(text) > max_chars:
+        text = text[:max_chars] + " …[truncated]"
+    return text.rstrip("\n")
+
+
+def parse_context(text: str, *, max_prefixes: int = 4) -> LineContext:
+    ctx = LineContext()
+    rest = text
+    for _ in range(max_prefixes):
+        for kind, pat in _PREFIXES:
+            m = pat.match(rest)
+            if not m:
+                continue
+            g = m.groupdict()
+            if kind == "pdsh" and g["host"].lower().endswith(_NOT_HOSTS_SUFFIX):
+                continue
+            if g.get("rank") is not None and ctx.rank is None:
+                ctx.rank = int(g["rank"])
+            if g.get("pid"):
+                ctx.pid = int(g["pid"])
+            if g.get("ip"):
+                ctx.ip = g["ip"]
+            if g.get("actor"):
+                ctx.actor = g["actor"]
+            if g.get("host") and ctx.host is None:
+                ctx.host = g["host"]
+            rest = rest[m.end() :]
+            break
+        else:
+            break
+    nm = _NCCL.search(rest)
+    if nm:
+        ctx.host = ctx.host or nm.group("host")
+        ctx.pid = ctx.pid or int(nm.group("pid"))
+    if ctx.rank is None:
+        rm = _RANK_WORD.search(rest)
+        if rm:
+            ctx.rank = int(rm.group("rank") or rm.group("rank2"))
+    rep = _REPEATED.search(rest)
+    if rep:
+        ctx.repeats = int(rep.group("n"))
+    return ctx
+
+
+# Names that look like a pdsh host prefix but start ordinary log lines.
+_NOT_HOSTS_SUFFIX = ("error", "exception", "warning")

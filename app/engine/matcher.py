@@ -1,0 +1,148 @@
+"""Multi-pattern first pass: which patterns *may* match which lines of a chunk.
+
+Two interchangeable engines answer the same question:
+
+- ``HyperscanMatcher``: every pattern compiled into one Hyperscan database in prefilter mode
+  (constructs Hyperscan cannot do exactly are over-approximated, never under-approximated), one
+  pass over the raw bytes of a line-aligned chunk; the callback only records (pattern, offset).
+- ``RegexMatcher``: the portable fallback; runs each pattern with ``regex`` on each line.
+
+Both may report lines that do not really match. The caller always re-checks each reported
+(pattern, line) with ``regex`` on the normalised line, so both engines give the same findings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import regex
+
+_HS_CACHE_FORMAT = "1"
+
+
+@dataclass(frozen=True)
+class PatternSpec:
+    text: str
+    ignore_case: bool = False
+    single: bool = False  # one report per chunk is enough (facts, framework detectors)
+
+
+class Matcher(Protocol):
+    name: str
+
+    def scan(self, chunk: memoryview, out: list[tuple[int, int]]) -> None:
+        """Append (pattern_index, end_offset) for candidate matches in ``chunk``."""
+
+
+def hyperscan_available() -> bool:
+    try:
+        import hyperscan  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class HyperscanMatcher:
+    name = "hyperscan"
+
+    def __init__(self, patterns: Sequence[PatternSpec], *, cache_dir: Path | None = None) -> None:
+        import hyperscan as hs
+
+        self._hs = hs
+        key = hashlib.sha256(
+            repr((_HS_CACHE_FORMAT, hs.__version__, [(p.text, p.ignore_case, p.single) for p in patterns])).encode()
+        ).hexdigest()[:24]
+        cached = cache_dir / f"hs-{key}.db" if cache_dir else None
+        db = None
+        if cached is not None and cached.is_file():
+            try:
+                db = hs.loadb(cached.read_bytes(), hs.HS_MODE_BLOCK)
+                db.scratch = hs.Scratch(db)
+            except Exception:  # a stale or truncated cache file is rebuilt, never fatal
+                db = None
+        if db is None:
+            db = self._compile(patterns)
+            if cached is not None:
+                self._store(cached, hs.dumpb(db))
+        self._db = db
+
+    def _compile(self, patterns: Sequence[PatternSpec]) -> Any:
+        hs = self._hs
+        flags = []
+        for p in patterns:
+            f = hs.HS_FLAG_PREFILTER | hs.HS_FLAG_MULTILINE | hs.HS_FLAG_ALLOWEMPTY
+            if p.ignore_case:
+                f |= hs.HS_FLAG_CASELESS
+            if p.single:
+                f |= hs.HS_FLAG_SINGLEMATCH
+            flags.append(f)
+        db = hs.Database(mode=hs.HS_MODE_BLOCK)
+        db.compile(
+            expressions=[p.text.encode() for p in patterns],
+            ids=list(range(len(patterns))),
+            elements=len(patterns),
+            flags=flags,
+        )
+        return db
+
+    @staticmethod
+    def _store(path: Path, blob: bytes) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(blob)
+            tmp.replace(path)  # atomic: concurrent workers never read half a file
+        except OSError:
+            pass  # a read-only cache only costs start-up time
+
+    def scan(self, chunk: memoryview, out: list[tuple[int, int]]) -> None:
+        append = out.append
+
+        def on_match(pid: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+            append((pid, to))
+
+        self._db.scan(chunk, match_event_handler=on_match)
+
+
+class RegexMatcher:
+    """Portable fallback: every pattern on every line. Correct, ~100x slower."""
+
+    name = "regex"
+
+    def __init__(self, patterns: Sequence[PatternSpec]) -> None:
+        self._compiled = [
+            regex.compile(p.text, regex.IGNORECASE if p.ignore_case else 0) for p in patterns
+        ]
+
+    def scan(self, chunk: memoryview, out: list[tuple[int, int]]) -> None:
+        data = chunk.tobytes()
+        start = 0
+        n = len(data)
+        while start < n:
+            end = data.find(b"\n", start)
+            if end < 0:
+                end = n
+            line = data[start:end].decode("utf-8", errors="replace")
+            for segment in line.split("\r"):
+                for i, rx in enumerate(self._compiled):
+                    try:
+                        if rx.search(segment, timeout=0.25):
+                            out.append((i, end))
+                    except TimeoutError:
+                        out.append((i, end))  # let the verifier decide and report it
+            start = end + 1
+
+
+def build_matcher(
+    patterns: Sequence[PatternSpec], *, engine: str = "auto", cache_dir: Path | None = None
+) -> Matcher:
+    if engine not in {"auto", "hyperscan", "regex"}:
+        raise ValueError(f"unknown engine {engine!r}")
+    if engine == "regex" or (engine == "auto" and not hyperscan_available()):
+        return RegexMatcher(patterns)
+    return HyperscanMatcher(patterns, cache_dir=cache_dir)

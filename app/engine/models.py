@@ -1,0 +1,72 @@
+"""The analysis result: the JSON contract shared by the CLI, the API and the Slack bot.
+
+Keep it stable. Fields may be added; none is renamed or removed without a major version.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["root_cause", "symptom", "related"]
+
+
+class Evidence(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    file: str
+    line: int  # 1-based line number within `file`
+    text: str  # redacted, normalised (no ANSI codes)
+
+
+class Patch(BaseModel):
+    """One config change, typed, with its rendering in the target's dialect."""
+
+    target: Literal["yaml", "hydra", "cli", "env"]
+    path: list[str]
+    op: Literal["set", "unset", "flag_on", "flag_off"]
+    value: Any = None
+    why: str
+    framework: str | None = None  # the dialect this patch is written for; None = general
+    computed: bool = True  # False when a value could not be computed from log or config
+    note: str | None = None  # what is missing when not computed
+    rendered: str  # ready to paste: YAML snippet, `a.b=c`, `--flag v`, `export X=v`
+
+
+class Finding(BaseModel):
+    rule_id: str
+    rule_version: int
+    failure_class: str
+    kind: str
+    severity: str
+    title: str
+    confidence: float = Field(ge=0, le=1)
+    role: Role
+    count: int
+    first_line: int
+    last_line: int
+    evidence: list[Evidence]
+    captures: dict[str, str]
+    ranks: list[int]
+    hosts: list[str]
+    remediation: str
+    patches: list[Patch]
+    explained_by: str | None = None  # rule id of the finding this one is a symptom of
+    files: list[str] = Field(default_factory=list)
+
+
+class FrameworkInfo(BaseModel):
+    name: str
+    version: str | None = None
+
+
+class Analysis(BaseModel):
+    library_version: str
+    framework: FrameworkInfo | None
+    root_cause: Finding | None
+    findings: list[Finding]
+    next_steps: list[str]
+    warnings: list[str]
+    config_diff: str | None = None  # unified diff of the user's config with every patch applied
+    stats: dict[str, Any] = Field(default_factory=dict)  # bytes, lines, seconds, engine

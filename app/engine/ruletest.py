@@ -1,0 +1,171 @@
+"""Rule fixtures and lint: what `logtriage rules test|lint` and the test suite run.
+
+Every ``<id>.match*.log`` must produce its rule (and the captures/patch values the rule's
+``fixtures:`` pins); every ``<id>.nomatch*.log`` must not; nothing of severity warning or above
+may fire on ``rules/_baseline/``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.engine.expr import names_in
+from app.engine.ingest import collect_sources
+from app.engine.library import Library, LoadedRule, Severity
+from app.engine.matcher import PatternSpec, build_matcher, hyperscan_available
+from app.engine.models import Analysis, Patch
+from app.engine.scan import CompiledLibrary
+from app.engine.triage import TriageOptions, triage
+
+
+@dataclass
+class CaseResult:
+    rule_id: str
+    fixture: str
+    ok: bool
+    detail: str = ""
+
+
+def patch_key(p: Patch) -> str:
+    return p.path[-1] if p.target in ("cli", "env") else ".".join(p.path)
+
+
+def _analyse(compiled: CompiledLibrary, path: Path) -> Analysis:
+    sources, _ = collect_sources([str(path)])
+    return triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+
+
+def run_fixture(compiled: CompiledLibrary, lr: LoadedRule, path: Path) -> CaseResult:
+    rule = lr.rule
+    a = _analyse(compiled, path)
+    hit = next((f for f in a.findings if f.rule_id == rule.id), None)
+    name = path.name
+    if ".nomatch" in name:
+        if hit is not None:
+            return CaseResult(rule.id, name, False, f"fired on a near-miss at line {hit.first_line}")
+        return CaseResult(rule.id, name, True)
+    if hit is None:
+        got = ", ".join(f.rule_id for f in a.findings) or "nothing"
+        return CaseResult(rule.id, name, False, f"did not fire (got: {got})")
+    expect = rule.fixtures.get(name)
+    if expect is not None:
+        for k, v in expect.captures.items():
+            if hit.captures.get(k) != v:
+                return CaseResult(rule.id, name, False, f"capture {k}={hit.captures.get(k)!r}, want {v!r}")
+        values = {patch_key(p): p.value for p in hit.patches}
+        for k, v in expect.patch_values.items():
+            if k not in values:
+                return CaseResult(rule.id, name, False, f"no patch {k} (have {sorted(values)})")
+            if str(values[k]) != str(v):
+                return CaseResult(rule.id, name, False, f"patch {k}={values[k]!r}, want {v!r}")
+        if expect.framework and (a.framework is None or a.framework.name != expect.framework):
+            got_fw = a.framework.name if a.framework else None
+            return CaseResult(rule.id, name, False, f"framework {got_fw!r}, want {expect.framework!r}")
+    return CaseResult(rule.id, name, True)
+
+
+def fixture_cases(library: Library) -> Iterator[tuple[LoadedRule, Path]]:
+    for lr in library.rules:
+        for f in lr.fixtures:
+            yield lr, f
+
+
+def run_all(compiled: CompiledLibrary) -> list[CaseResult]:
+    results = [run_fixture(compiled, lr, f) for lr, f in fixture_cases(compiled.library)]
+    results.extend(run_baseline(compiled))
+    return results
+
+
+def baseline_files(library: Library) -> list[Path]:
+    base = library.root / "_baseline"
+    return sorted(p for p in base.glob("*") if p.is_file() and not p.name.startswith(".")) if base.is_dir() else []
+
+
+def run_baseline(compiled: CompiledLibrary) -> list[CaseResult]:
+    out = []
+    for path in baseline_files(compiled.library):
+        a = _analyse(compiled, path)
+        loud = [f for f in a.findings if Severity(f.severity).weight >= Severity.warning.weight]
+        detail = ", ".join(f"{f.rule_id}@{f.first_line}" for f in loud)
+        out.append(CaseResult("_baseline", path.name, not loud, f"fired: {detail}" if loud else ""))
+    return out
+
+
+# --- lint ---------------------------------------------------------------------------------
+
+
+@dataclass
+class LintIssue:
+    rule_id: str
+    level: str  # error | warning
+    message: str
+
+
+def lint(library: Library, *, cost_sample: bytes | None = None) -> tuple[list[LintIssue], dict[str, float]]:
+    """Static checks plus each rule's scan cost (relative to a plain-literal pattern)."""
+    issues: list[LintIssue] = []
+    known = {f.name for f in library.facts}
+    for lr in library.rules:
+        rule = lr.rule
+        fixtures = [f.name for f in lr.fixtures]
+        if rule.trigger is None:
+            if not any(".match" in f for f in fixtures):
+                issues.append(LintIssue(rule.id, "error", "no match fixture (<id>.match*.log)"))
+            if not any(".nomatch" in f for f in fixtures):
+                issues.append(LintIssue(rule.id, "error", "no near-miss fixture (<id>.nomatch*.log)"))
+        for name in rule.fixtures:
+            if name not in fixtures:
+                issues.append(LintIssue(rule.id, "error", f"`fixtures:` names {name}, which does not exist"))
+        captures = rule.match.group_names() if rule.match else set()
+        for spec in rule.patches:
+            texts = [spec.when or ""] + ([spec.value] if isinstance(spec.value, str) else [])
+            for t in texts:
+                for n in names_in(t if "{" in t else "{" + t + "}") if t else ():
+                    if n not in captures and n not in known:
+                        issues.append(
+                            LintIssue(
+                                rule.id,
+                                "warning",
+                                f"patch {'.'.join(spec.path)} uses `{n}`: not a capture nor a fact; "
+                                "it resolves only from --config",
+                            )
+                        )
+        if rule.status.value == "deprecated" and not rule.deprecated_by:
+            issues.append(LintIssue(rule.id, "warning", "deprecated without `deprecated_by`"))
+        if rule.failure_class not in library.classes:
+            issues.append(LintIssue(rule.id, "error", f"unknown class {rule.failure_class}"))
+    costs = scan_costs(library, cost_sample) if cost_sample and hyperscan_available() else {}
+    for rid, ratio in costs.items():
+        if ratio > 3.0:
+            issues.append(
+                LintIssue(rid, "warning", f"scan cost {ratio:.1f}x a literal pattern: add a rare literal of 4+ bytes")
+            )
+    return issues, costs
+
+
+def scan_costs(library: Library, sample: bytes, *, repeats: int = 3) -> dict[str, float]:
+    """Seconds to scan `sample` with only this rule's patterns, over the same for a literal."""
+
+    def timed(specs: list[PatternSpec]) -> float:
+        m = build_matcher(specs, engine="hyperscan")
+        view = memoryview(sample)
+        best = float("inf")
+        for _ in range(repeats):
+            out: list[tuple[int, int]] = []
+            t = time.perf_counter()
+            m.scan(view, out)
+            best = min(best, time.perf_counter() - t)
+        return best
+
+    base = timed([PatternSpec("zqxjkvwy-no-such-text")])
+    costs: dict[str, float] = {}
+    for lr in library.rules:
+        m = lr.rule.match
+        if m is None:
+            continue
+        specs = [PatternSpec(p, m.ignore_case) for p in [*m.any, *m.all, *m.not_]]
+        costs[lr.rule.id] = round(timed(specs) / base, 2) if base > 0 else 0.0
+    return costs

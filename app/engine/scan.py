@@ -1,0 +1,463 @@
+"""The scan: one pass over each log in line-aligned chunks, verify only the reported lines.
+
+Hot-path invariants (each one is measured in ``bench/``):
+- a chunk is read with ``readinto`` into one reused 256 KiB buffer and handed to the matcher as
+  a memoryview: no per-chunk copies, no per-line Python work on lines nobody matched;
+- only lines the matcher reports are decoded, normalised and re-checked with ``regex`` (with a
+  timeout, so a pathological line cannot hang the scan);
+- per pattern the scan keeps counters, a bounded list of line numbers and a few samples, so
+  memory stays flat whatever the log size or the number of hits.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import regex
+
+from app.engine.ingest import ByteBudget, Readable, Source, open_source
+from app.engine.library import Library, Rule
+from app.engine.lines import LineContext, normalise, parse_context
+from app.engine.matcher import Matcher, PatternSpec, build_matcher
+
+CHUNK = 256 * 1024
+MAX_VERIFY_CHARS = 16_384
+VERIFY_TIMEOUT = 0.2  # seconds per regex call
+SAMPLES = 48  # full hit records kept per pattern and file
+MAX_LINES = 200_000  # line numbers kept per pattern and file (window checks)
+MAX_SET = 4096  # ranks/hosts kept per pattern and file
+MAX_WARNINGS = 20
+
+EntryRole = Literal["any", "all", "not", "fact", "fw_detect", "fw_version"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    role: EntryRole
+    owner: str  # rule id, fact name or framework name
+    rx: regex.Pattern[str]
+
+    @property
+    def single(self) -> bool:
+        return self.role in ("fact", "fw_detect", "fw_version")
+
+
+class CompiledLibrary:
+    """The library compiled once: a pattern table and a multi-pattern matcher over it."""
+
+    def __init__(
+        self,
+        library: Library,
+        *,
+        engine: str = "auto",
+        cache_dir: Path | None = None,
+        extra_rules: Iterable[Rule] = (),
+    ) -> None:
+        self.library = library
+        self.rules: list[Rule] = [*library.active, *extra_rules]
+        entries: list[Entry] = []
+        specs: list[PatternSpec] = []
+
+        def add(role: EntryRole, owner: str, text: str, ignore_case: bool = False) -> None:
+            flags = regex.IGNORECASE if ignore_case else 0
+            entries.append(Entry(role, owner, regex.compile(text, flags)))
+            specs.append(PatternSpec(text, ignore_case, single=role in ("fact", "fw_detect", "fw_version")))
+
+        self.rule_entries: dict[str, dict[str, list[int]]] = {}
+        for rule in self.rules:
+            if rule.match is None:
+                continue
+            ids: dict[str, list[int]] = {"any": [], "all": [], "not": []}
+            for role, pats in (("any", rule.match.any), ("all", rule.match.all), ("not", rule.match.not_)):
+                for text in pats:
+                    ids[role].append(len(entries))
+                    add(role, rule.id, text, rule.match.ignore_case)  # type: ignore[arg-type]
+            self.rule_entries[rule.id] = ids
+        for fact in library.facts:
+            for text in fact.patterns:
+                add("fact", fact.name, text)
+        for fw in library.frameworks:
+            for text in fw.detect:
+                add("fw_detect", fw.name, text)
+            for text in fw.version:
+                add("fw_version", fw.name, text)
+        self.entries = entries
+        self.matcher: Matcher = build_matcher(specs, engine=engine, cache_dir=cache_dir)
+
+    @property
+    def engine(self) -> str:
+        return self.matcher.name
+
+
+@dataclass(slots=True)
+class HitRecord:
+    line: int
+    text: str
+    groups: dict[str, str]
+    ctx: LineContext
+
+
+@dataclass
+class PatternAcc:
+    """What the scan keeps about one pattern in one file."""
+
+    count: int = 0
+    lines: list[int] = field(default_factory=list)
+    samples: list[HitRecord] = field(default_factory=list)
+    last: HitRecord | None = None
+    ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+
+    def add(self, rec: HitRecord) -> None:
+        self.count += rec.ctx.repeats
+        if len(self.lines) < MAX_LINES:
+            self.lines.append(rec.line)
+        if len(self.samples) < SAMPLES:
+            self.samples.append(rec)
+        self.last = rec
+        if rec.ctx.rank is not None and len(self.ranks) < MAX_SET:
+            self.ranks.add(rec.ctx.rank)
+        if rec.ctx.where and len(self.hosts) < MAX_SET:
+            self.hosts.add(rec.ctx.where)
+
+    def merge(self, other: PatternAcc, *, line_offset: int) -> None:
+        """Append a later segment of the same file."""
+        self.count += other.count
+        room = MAX_LINES - len(self.lines)
+        self.lines.extend(n + line_offset for n in other.lines[:room])
+        moved = set()
+        for rec in other.samples[: SAMPLES - len(self.samples)]:
+            rec.line += line_offset
+            moved.add(id(rec))
+            self.samples.append(rec)
+        if other.last is not None:
+            if id(other.last) not in moved:
+                other.last.line += line_offset
+            self.last = other.last
+        self.ranks |= other.ranks
+        self.hosts |= other.hosts
+
+
+@dataclass
+class FileScan:
+    name: str
+    rank_hint: int | None = None
+    accs: dict[int, PatternAcc] = field(default_factory=dict)
+    facts: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (value, line)
+    frameworks: dict[str, str | None] = field(default_factory=dict)  # name -> version
+    lines: int = 0
+    bytes: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def warn(self, msg: str) -> None:
+        if len(self.warnings) < MAX_WARNINGS:
+            self.warnings.append(msg)
+
+    def merge(self, later: FileScan) -> None:
+        for pid, acc in later.accs.items():
+            if pid in self.accs:
+                self.accs[pid].merge(acc, line_offset=self.lines)
+            else:
+                fresh = PatternAcc()
+                fresh.merge(acc, line_offset=self.lines)
+                self.accs[pid] = fresh
+        for name, (value, line) in later.facts.items():
+            self.facts.setdefault(name, (value, line + self.lines))
+        for fw, ver in later.frameworks.items():
+            if self.frameworks.get(fw) is None:
+                self.frameworks[fw] = ver
+        self.lines += later.lines
+        self.bytes += later.bytes
+        for w in later.warnings:
+            self.warn(w)
+
+
+class _Scanner:
+    """Scans one stream; kept small so the hot loop's locals stay local."""
+
+    def __init__(self, compiled: CompiledLibrary, result: FileScan) -> None:
+        self.compiled = compiled
+        self.result = result
+        self.hits: list[tuple[int, int]] = []
+
+    def run(self, reader: Readable, *, limit: int | None = None) -> None:
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        matcher = self.compiled.matcher
+        hits = self.hits
+        carry = 0
+        line_base = 0
+        remaining = limit
+        while True:
+            want = CHUNK - carry
+            if remaining is not None:
+                want = min(want, remaining)
+            n = reader.readinto(view[carry : carry + want]) if want else 0
+            n = n or 0
+            if remaining is not None:
+                remaining -= n
+            filled = carry + n
+            if filled == 0:
+                break
+            eof = n == 0
+            partial = False
+            if eof:
+                cut = filled
+                partial = buf[cut - 1] != 0x0A
+            else:
+                nl = buf.rfind(b"\n", 0, filled)
+                if nl < 0:
+                    if filled < CHUNK:
+                        carry = filled  # short read (pipe): keep reading for a newline
+                        continue
+                    cut = filled  # one line longer than the buffer: split it
+                    partial = True
+                    self.result.warn(
+                        f"{self.result.name}: line {line_base + 1} is longer than "
+                        f"{CHUNK // 1024} KiB; it was scanned in pieces"
+                    )
+                else:
+                    cut = nl + 1
+            chunk = view[:cut]
+            hits.clear()
+            matcher.scan(chunk, hits)
+            if hits:
+                self._verify(buf, cut, line_base)
+            line_base += buf.count(b"\n", 0, cut) + (1 if partial else 0)
+            rest = filled - cut
+            if rest:
+                buf[:rest] = buf[cut:filled]
+            carry = rest
+            self.result.bytes += cut
+            if eof:
+                break
+        self.result.lines = line_base
+
+    def _verify(self, buf: bytearray, cut: int, line_base: int) -> None:
+        hits = self.hits
+        hits.sort(key=lambda h: h[1])
+        entries = self.compiled.entries
+        result = self.result
+        pos, lineno = 0, line_base
+        line_start = -1
+        pids: list[int] = []
+        for pid, end in hits:
+            ls = buf.rfind(b"\n", 0, end) + 1 if end > 0 else 0
+            if ls >= cut:
+                continue
+            if ls != line_start:
+                if pids:
+                    self._check_line(buf, line_start, cut, lineno, pids)
+                lineno += buf.count(b"\n", pos, ls)
+                pos = ls
+                line_start = ls
+                pids = []
+            entry = entries[pid]
+            if entry.single and self._satisfied(entry):
+                continue
+            if pid not in pids:
+                pids.append(pid)
+        if pids:
+            self._check_line(buf, line_start, cut, lineno, pids)
+
+    def _satisfied(self, entry: Entry) -> bool:
+        if entry.role == "fact":
+            return entry.owner in self.result.facts
+        if entry.role == "fw_detect":
+            return entry.owner in self.result.frameworks
+        return self.result.frameworks.get(entry.owner) is not None
+
+    def _check_line(self, buf: bytearray, ls: int, cut: int, index: int, pids: list[int]) -> None:
+        le = buf.find(b"\n", ls, cut)
+        if le < 0:
+            le = cut
+        text = normalise(bytes(buf[ls:le]), max_chars=MAX_VERIFY_CHARS)
+        ctx: LineContext | None = None
+        result = self.result
+        lineno = index + 1
+        for pid in pids:
+            entry = self.compiled.entries[pid]
+            try:
+                m = entry.rx.search(text, timeout=VERIFY_TIMEOUT)
+            except TimeoutError:
+                result.warn(f"{result.name}:{lineno}: pattern of {entry.owner} timed out; line skipped")
+                continue
+            if m is None:
+                continue
+            groups = {k: v for k, v in m.groupdict().items() if v is not None}
+            if entry.role == "fact":
+                result.facts.setdefault(entry.owner, (groups.get("value", ""), lineno))
+                continue
+            if entry.role == "fw_detect":
+                result.frameworks.setdefault(entry.owner, None)
+                continue
+            if entry.role == "fw_version":
+                if groups.get("version"):
+                    result.frameworks[entry.owner] = groups["version"]
+                continue
+            if ctx is None:
+                ctx = parse_context(text)
+                if ctx.rank is None:
+                    ctx.rank = result.rank_hint
+            acc = result.accs.get(pid)
+            if acc is None:
+                acc = result.accs[pid] = PatternAcc()
+            acc.add(HitRecord(lineno, text, groups, ctx))
+
+
+class _RangeReader:
+    """Reads [start, end) of a file through a raw fd (no Python-level buffering)."""
+
+    def __init__(self, path: Path, start: int, end: int) -> None:
+        self._fh = path.open("rb", buffering=0)
+        self._fh.seek(start)
+        self._left = end - start
+
+    def readinto(self, b: memoryview) -> int:
+        if self._left <= 0:
+            return 0
+        n = self._fh.readinto(b[: min(len(b), self._left)]) or 0
+        self._left -= n
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def scan_source(compiled: CompiledLibrary, src: Source, *, budget: ByteBudget) -> FileScan:
+    result = FileScan(name=src.name, rank_hint=src.rank_hint)
+    opened = open_source(src, budget=budget)
+    try:
+        _Scanner(compiled, result).run(opened.reader)
+    finally:
+        opened.close()
+    return result
+
+
+def split_points(path: Path, parts: int) -> list[tuple[int, int]]:
+    """Cut a file into ``parts`` byte ranges that start at line starts."""
+    size = os.stat(path).st_size
+    if parts <= 1 or size < 8 * CHUNK:
+        return [(0, size)]
+    bounds = [0]
+    with path.open("rb") as fh:
+        for i in range(1, parts):
+            fh.seek(size * i // parts)
+            fh.readline()  # move to the next line start
+            bounds.append(min(fh.tell(), size))
+    bounds.append(size)
+    return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def scan_range(compiled: CompiledLibrary, src: Source, start: int, end: int) -> FileScan:
+    assert src.path is not None
+    result = FileScan(name=src.name, rank_hint=src.rank_hint)
+    reader = _RangeReader(src.path, start, end)
+    try:
+        _Scanner(compiled, result).run(reader, limit=end - start)
+    finally:
+        reader.close()
+    return result
+
+
+# --- rule evaluation -------------------------------------------------------------------
+
+
+@dataclass
+class RuleMatch:
+    """All occurrences of one rule across the scanned files, folded."""
+
+    rule: Rule
+    count: int = 0
+    first: tuple[int, int] = (1 << 30, 0)  # (file index, line)
+    last: tuple[int, int] = (-1, 0)
+    evidence: list[tuple[str, HitRecord]] = field(default_factory=list)
+    captures: dict[str, str] = field(default_factory=dict)
+    ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    files: list[str] = field(default_factory=list)
+
+
+def _near(lines: list[int], target: int, window: int) -> bool:
+    i = bisect.bisect_left(lines, target - window)
+    return i < len(lines) and lines[i] <= target + window
+
+
+def evaluate(compiled: CompiledLibrary, scans: list[FileScan], *, max_evidence: int = 4) -> list[RuleMatch]:
+    out: list[RuleMatch] = []
+    for rule in compiled.rules:
+        ids = compiled.rule_entries.get(rule.id)
+        if not ids:
+            continue
+        rm = RuleMatch(rule=rule)
+        window = rule.match.window
+        for fi, scan in enumerate(scans):
+            anchors = [scan.accs[p] for p in ids["any"] if p in scan.accs]
+            if not anchors:
+                continue
+            all_accs = [scan.accs.get(p) for p in ids["all"]]
+            if any(a is None for a in all_accs):
+                continue
+            not_accs = [scan.accs[p] for p in ids["not"] if p in scan.accs]
+
+            def valid(line: int) -> bool:
+                return all(_near(a.lines, line, window) for a in all_accs if a) and not any(
+                    _near(a.lines, line, window) for a in not_accs
+                )
+
+            checks = bool(ids["all"] or not_accs)
+            recs: list[HitRecord] = []
+            file_count = 0
+            for acc in anchors:
+                if checks:
+                    good = [ln for ln in acc.lines if valid(ln)]
+                    file_count += len(good)
+                    recs.extend(r for r in acc.samples if valid(r.line))
+                    if acc.last and valid(acc.last.line):
+                        recs.append(acc.last)
+                else:
+                    file_count += acc.count
+                    recs.extend(acc.samples)
+                    if acc.last:
+                        recs.append(acc.last)
+                    rm.ranks |= acc.ranks
+                    rm.hosts |= acc.hosts
+            if file_count == 0 or not recs:
+                continue
+            recs = sorted({id(r): r for r in recs}.values(), key=lambda r: r.line)
+            if checks:
+                for r in recs:
+                    if r.ctx.rank is not None:
+                        rm.ranks.add(r.ctx.rank)
+                    if r.ctx.where:
+                        rm.hosts.add(r.ctx.where)
+            rm.count += file_count
+            rm.files.append(scan.name)
+            if (fi, recs[0].line) < rm.first:
+                rm.first = (fi, recs[0].line)
+                caps = dict(recs[0].groups)
+                for a in all_accs:  # captures of the `all` lines nearest the anchor
+                    near = [s for s in a.samples if abs(s.line - recs[0].line) <= window] if a else []
+                    if near:
+                        caps = {**near[0].groups, **caps}
+                rm.captures = caps
+            if (fi, recs[-1].line) > rm.last:
+                rm.last = (fi, recs[-1].line)
+            for r in recs:
+                rm.evidence.append((scan.name, r))
+        if rm.count:
+            rm.evidence = _pick_evidence(rm.evidence, max_evidence)
+            out.append(rm)
+    return out
+
+
+def _pick_evidence(ev: list[tuple[str, HitRecord]], k: int) -> list[tuple[str, HitRecord]]:
+    """The first occurrences and the last one: where it started and that it persisted."""
+    if len(ev) <= k:
+        return ev
+    return [*ev[: k - 1], ev[-1]]

@@ -1,0 +1,306 @@
+"""The engine's one entry point: sources in, ``Analysis`` out.
+
+ingest -> scan (parallel over byte ranges) -> evaluate rules -> rank -> remedies -> redact.
+No web, database or Slack imports here: the CLI, the API, the Slack bot and batch re-triage all
+call ``triage``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import regex
+
+from app.engine.expr import Scope
+from app.engine.ingest import ByteBudget, Source, file_size, human_bytes
+from app.engine.library import FRAMEWORKS, Library, Rule, Severity
+from app.engine.models import Analysis, Evidence, Finding, FrameworkInfo
+from app.engine.patches import ConfigView, compute_patches, config_diff, select_specs
+from app.engine.rank import Ranked, rank
+from app.engine.redact import redact_text
+from app.engine.scan import CompiledLibrary, FileScan, RuleMatch, evaluate, scan_range, scan_source, split_points
+from app.errors import InputTooLargeError
+
+# RL frameworks first: the most specific name is the one whose dialect patches speak.
+FRAMEWORK_ORDER = FRAMEWORKS
+PARALLEL_MIN_BYTES = 32 << 20
+SYMPTOM_CLASSES = {"nccl.collective_timeout", "ray.actor_died", "nccl.error"}
+
+NEXT_STEPS_UNKNOWN = [
+    "Attach the full traceback of the first rank that failed (usually rank 0's log, or the "
+    "earliest timestamp across ranks), not only the driver's summary.",
+    "On every node of the job: `dmesg -T | grep -iE 'xid|nvrm|ecc|oom'` and "
+    "`nvidia-smi -q -d ECC,PAGE_RETIREMENT` to rule out hardware faults.",
+    "Re-run with `NCCL_DEBUG=INFO` (and `TORCH_NCCL_ASYNC_ERROR_HANDLING=1`) so communication "
+    "errors name the failing peer.",
+    "Record versions: `pip list | grep -iE 'torch|ray|vllm|sglang|megatron|deepspeed|transformer'`, "
+    "`nvidia-smi` driver and CUDA version.",
+]
+NEXT_STEPS_SYMPTOM = [
+    "This failure is usually a symptom of a problem on another rank or node: collect the logs of "
+    "all ranks (every Ray worker's `*.err`/`*.out` under /tmp/ray/session_latest/logs) and run "
+    "logtriage on them together.",
+    "Check the nodes for hardware faults: `dmesg -T | grep -iE 'xid|nvrm|ecc'`.",
+]
+
+
+@dataclass(frozen=True)
+class TriageOptions:
+    jobs: int = 0  # 0 = as many as cores for large plain files
+    max_bytes: int = 0  # 0 = unlimited
+    framework: str | None = None  # override detection
+    exit_code: int | None = None  # the job's reported exit status, when known
+    max_evidence: int = 4
+
+
+_WORKER_COMPILED: CompiledLibrary | None = None
+
+
+def _scan_task(task: tuple[Source, int, int, bool, int]) -> FileScan:
+    src, start, end, whole, max_bytes = task
+    assert _WORKER_COMPILED is not None
+    if whole:
+        return scan_source(_WORKER_COMPILED, src, budget=ByteBudget(max_bytes))
+    return scan_range(_WORKER_COMPILED, src, start, end)
+
+
+def scan_all(
+    compiled: CompiledLibrary, sources: list[Source], *, jobs: int, max_bytes: int
+) -> list[FileScan]:
+    """Scan every source; large plain files are cut into line-aligned ranges across processes."""
+    sizes = [file_size(s) for s in sources]
+    known = sum(s for s in sizes if s is not None)
+    if max_bytes and known > max_bytes:
+        raise InputTooLargeError(
+            f"input is {human_bytes(known)}, over the limit of {human_bytes(max_bytes)}; raise it "
+            "with --max-bytes (0 = no limit) or pass the tail of the log, e.g. `tail -c 2G job.log`"
+        )
+    cores = os.cpu_count() or 1
+    if jobs <= 0:
+        jobs = cores if known >= PARALLEL_MIN_BYTES else 1
+    if jobs == 1 or all(s.path is None for s in sources):
+        budget = ByteBudget(max_bytes)
+        return [scan_source(compiled, s, budget=budget) for s in sources]
+
+    tasks: list[tuple[Source, int, int, bool, int]] = []
+    owners: list[int] = []
+    local: list[int] = []
+    for i, s in enumerate(sources):
+        if s.path is None:
+            local.append(i)
+        elif s.splittable:
+            for a, b in split_points(s.path, jobs):
+                tasks.append((s, a, b, False, max_bytes))
+                owners.append(i)
+        else:
+            tasks.append((s, 0, 0, True, max_bytes))
+            owners.append(i)
+    global _WORKER_COMPILED
+    _WORKER_COMPILED = compiled  # inherited by the forked workers: nothing to pickle
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
+            parts = list(pool.map(_scan_task, tasks))
+    finally:
+        _WORKER_COMPILED = None
+    results: list[FileScan | None] = [None] * len(sources)
+    for owner, part in zip(owners, parts, strict=True):
+        current = results[owner]
+        if current is None:
+            results[owner] = part
+        else:
+            current.merge(part)
+    budget = ByteBudget(max_bytes)
+    for i in local:
+        results[i] = scan_source(compiled, sources[i], budget=budget)
+    return [r for r in results if r is not None]
+
+
+def _typed_fact(value: str, ftype: str) -> Any:
+    try:
+        if ftype == "int":
+            return int(float(value))
+        if ftype == "float":
+            return float(value)
+        if ftype == "bool":
+            return value.strip().lower() in ("true", "1", "yes", "on")
+    except ValueError:
+        return value
+    return value
+
+
+def _detect_framework(scans: list[FileScan], override: str | None) -> tuple[FrameworkInfo | None, list[str]]:
+    seen: dict[str, str | None] = {}
+    for s in scans:
+        for name, ver in s.frameworks.items():
+            if seen.get(name) is None:
+                seen[name] = ver
+    detected = [f for f in FRAMEWORK_ORDER if f in seen]
+    if override:
+        return FrameworkInfo(name=override, version=seen.get(override)), [override, *detected]
+    if not detected:
+        return None, []
+    return FrameworkInfo(name=detected[0], version=seen[detected[0]]), detected
+
+
+def _remediation_text(rule: Rule, captures: dict[str, str]) -> str:
+    def fill(m: regex.Match[str]) -> str:
+        return captures.get(m.group(1), f"<{m.group(1)}>")
+
+    return regex.sub(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", fill, rule.remediation.strip())
+
+
+def _finding(
+    r: Ranked,
+    *,
+    library: Library,
+    scope_base: Scope,
+    frameworks: list[str],
+    config: ConfigView | None,
+    redactions: Counter[str],
+    problems: list[str],
+) -> Finding:
+    m: RuleMatch = r.match
+    rule = m.rule
+    captures = {k: redact_text(v, redactions) for k, v in m.captures.items()}
+    scope = Scope(captures=captures, facts=scope_base.facts, config=config)
+    specs = rule.patches
+    if frameworks:
+        specs = [s for s in specs if not s.frameworks or set(s.frameworks) & set(frameworks)]
+    else:
+        specs = select_specs(specs, None)
+    patches, issues = compute_patches(specs, scope=scope, config=config)
+    problems.extend(f"{rule.id}: {p}" for p in issues)
+    return Finding(
+        rule_id=rule.id,
+        rule_version=rule.version,
+        failure_class=rule.failure_class,
+        kind=library.kind_of(rule.failure_class),
+        severity=rule.severity.value,
+        title=rule.title,
+        confidence=round(r.confidence, 2),
+        role=r.role,  # type: ignore[arg-type]
+        count=m.count,
+        first_line=m.first[1],
+        last_line=m.last[1],
+        evidence=[Evidence(file=f, line=h.line, text=redact_text(h.text, redactions)) for f, h in m.evidence],
+        captures=captures,
+        ranks=sorted(m.ranks),
+        hosts=sorted(m.hosts),
+        remediation=_remediation_text(rule, captures),
+        patches=patches,
+        explained_by=r.explained_by if r.role == "symptom" else None,
+        files=m.files,
+    )
+
+
+def _masked_exit_rule(library: Library) -> Rule | None:
+    for lr in library.rules:
+        if lr.rule.trigger == "exit_status_masked" and lr.rule.status.value != "deprecated":
+            return lr.rule
+    return None
+
+
+def triage(
+    *,
+    sources: list[Source],
+    compiled: CompiledLibrary,
+    options: TriageOptions | None = None,
+    config: ConfigView | None = None,
+    warnings: list[str] | None = None,
+) -> Analysis:
+    opts = options or TriageOptions()
+    library = compiled.library
+    t0 = time.perf_counter()
+    scans = scan_all(compiled, sources, jobs=opts.jobs, max_bytes=opts.max_bytes)
+    t_scan = time.perf_counter() - t0
+    matches = evaluate(compiled, scans, max_evidence=opts.max_evidence)
+    framework, detected = _detect_framework(scans, opts.framework)
+
+    facts: dict[str, Any] = {}
+    fact_types = {f.name: f.type for f in library.facts}
+    for s in scans:
+        for name, (value, _line) in s.facts.items():
+            facts.setdefault(name, _typed_fact(value, fact_types.get(name, "str")))
+
+    masked = None
+    ranked = rank(matches, library)
+    root = next((r for r in ranked if r.role == "root_cause"), None)
+    if (
+        opts.exit_code == 0
+        and root is not None
+        and root.match.rule.severity.weight >= Severity.error.weight
+        and (rule := _masked_exit_rule(library)) is not None
+    ):
+        masked = RuleMatch(rule=rule, count=1, first=root.match.first, last=root.match.last)
+        masked.evidence = root.match.evidence[-1:]
+        ranked.append(Ranked(match=masked, role="related", confidence=rule.confidence))
+
+    redactions: Counter[str] = Counter()
+    problems: list[str] = []
+    scope = Scope(facts=facts, config=config)
+    findings = [
+        _finding(
+            r,
+            library=library,
+            scope_base=scope,
+            frameworks=detected,
+            config=config,
+            redactions=redactions,
+            problems=problems,
+        )
+        for r in ranked
+    ]
+    root_finding = findings[0] if findings and findings[0].role == "root_cause" else None
+
+    next_steps: list[str] = []
+    if root_finding is None:
+        next_steps = list(NEXT_STEPS_UNKNOWN)
+    elif root_finding.failure_class in SYMPTOM_CLASSES:
+        next_steps = list(NEXT_STEPS_SYMPTOM)
+
+    diff = None
+    if config is not None:
+        all_patches = [p for f in findings if f.role == "root_cause" for p in f.patches]
+        diff = config_diff(config, all_patches)
+
+    all_warnings = list(warnings or [])
+    for s in scans:
+        all_warnings.extend(s.warnings)
+    all_warnings.extend(problems)
+    if redactions:
+        all_warnings.append(
+            "redacted secrets: " + ", ".join(f"{k} x{v}" for k, v in sorted(redactions.items()))
+        )
+    total_bytes = sum(s.bytes for s in scans)
+    return Analysis(
+        library_version=library.version,
+        framework=framework,
+        root_cause=root_finding,
+        findings=findings,
+        next_steps=next_steps,
+        warnings=all_warnings,
+        config_diff=diff,
+        stats={
+            "files": [s.name for s in scans],
+            "bytes": total_bytes,
+            "lines": sum(s.lines for s in scans),
+            "scan_seconds": round(t_scan, 4),
+            "mb_per_s": round(total_bytes / 1e6 / t_scan, 1) if t_scan > 0 else None,
+            "engine": compiled.engine,
+            "frameworks_detected": detected,
+            "facts": {k: v for k, v in facts.items()},
+        },
+    )
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "logtriage"

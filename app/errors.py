@@ -1,0 +1,75 @@
+"""The one error tree.
+
+Every error the CLI, the API or the Slack bot can show to a user is a ``LogtriageError``.
+Each subclass knows its HTTP status, its RFC 9457 problem type slug and its CLI exit code,
+so the edges never translate errors by hand.
+"""
+
+from __future__ import annotations
+
+
+class LogtriageError(Exception):
+    """Base of every user-facing error."""
+
+    http_status: int = 400
+    slug: str = "bad-request"
+    title: str = "Bad request"
+    exit_code: int = 1
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class UsageError(LogtriageError):
+    slug, title, exit_code = "usage", "Invalid usage", 2
+
+
+class InputError(LogtriageError):
+    """The log (or config) given cannot be read: missing, unreadable, corrupt archive."""
+
+    slug, title, http_status = "unreadable-input", "Unreadable input", 400
+
+
+class InputTooLargeError(InputError):
+    slug, title, http_status = "input-too-large", "Input too large", 413
+
+
+class UnsupportedMediaError(InputError):
+    slug, title, http_status = "unsupported-media-type", "Unsupported media type", 415
+
+
+class ConfigFileError(InputError):
+    slug, title, http_status = "bad-config-file", "Job config file cannot be parsed", 422
+
+
+class RuleError(LogtriageError):
+    """A rule file is invalid. Raised while loading or linting the library."""
+
+    slug, title, http_status = "invalid-rule", "Invalid rule", 500
+
+    def __init__(self, detail: str, *, file: str | None = None, field: str | None = None) -> None:
+        where = ":".join(p for p in (file, field) if p)
+        super().__init__(f"{where}: {detail}" if where else detail)
+        self.file = file
+        self.field = field
+
+
+class NotFoundError(LogtriageError):
+    slug, title, http_status = "not-found", "Not found", 404
+
+
+class ConflictError(LogtriageError):
+    slug, title, http_status = "conflict", "Conflict", 409
+
+
+class AuthError(LogtriageError):
+    slug, title, http_status = "unauthorized", "Unauthorized", 401
+
+
+class ForbiddenError(LogtriageError):
+    slug, title, http_status = "forbidden", "Forbidden", 403
+
+
+class ValidationFailedError(LogtriageError):
+    slug, title, http_status = "validation-failed", "Validation failed", 422

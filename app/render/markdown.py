@@ -1,0 +1,70 @@
+"""Markdown report: for issue trackers, the API's report.md and the Slack bot."""
+
+from __future__ import annotations
+
+from app.engine.models import Analysis, Finding
+from app.engine.patches import ray_env_block
+
+
+def _fence(text: str, lang: str = "") -> str:
+    fence = "````" if "```" in text else "```"
+    return f"{fence}{lang}\n{text.rstrip()}\n{fence}"
+
+
+def _finding_md(f: Finding, *, level: str) -> list[str]:
+    out = [f"{level} {f.title}", ""]
+    out.append(
+        f"`{f.failure_class}` · {f.kind} · {f.severity} · confidence {f.confidence:.2f} · "
+        f"seen {f.count}x · rule `{f.rule_id}` v{f.rule_version}"
+    )
+    if f.ranks or f.hosts:
+        out.append("")
+        out.append(f"ranks: {', '.join(map(str, f.ranks)) or '-'} · hosts: {', '.join(f.hosts) or '-'}")
+    if f.evidence:
+        out.append("")
+        out.append(_fence("\n".join(f"{e.file}:{e.line}: {e.text}" for e in f.evidence)))
+    return out
+
+
+def render_markdown(a: Analysis) -> str:
+    out: list[str] = ["# logtriage report", ""]
+    fw = a.framework
+    out.append(
+        f"Framework: **{fw.name if fw else 'unknown'}{' ' + fw.version if fw and fw.version else ''}** · "
+        f"rule library {a.library_version}"
+    )
+    out.append("")
+    root = a.root_cause
+    if root is None:
+        out += ["## No known failure matched", "", "Nothing is guessed. Collect this next:", ""]
+        out += [f"- {s}" for s in a.next_steps]
+    else:
+        out += _finding_md(root, level="## Root cause:")
+        symptoms = [f for f in a.findings if f.role == "symptom"]
+        if symptoms:
+            out += ["", "**Symptoms** (caused by the root cause):", ""]
+            out += [f"- {f.title} (`{f.failure_class}`, {f.count}x)" for f in symptoms]
+        out += ["", "## What to do", "", root.remediation]
+        if root.patches:
+            out += ["", "## Config patches", ""]
+            for p in root.patches:
+                lang = {"yaml": "yaml", "env": "bash", "cli": "bash"}.get(p.target, "")
+                dialect = f" ({p.framework})" if p.framework else ""
+                out += [f"- **{p.target}{dialect}**: {p.why}" + (f" _({p.note})_" if p.note else ""), ""]
+                out += ["  " + line for line in _fence(p.rendered, lang).splitlines()]
+            block = ray_env_block(root.patches)
+            if block:
+                out += ["", "As a Ray `runtime_env`:", "", _fence(block, "python")]
+        if a.config_diff:
+            out += ["", "## Your config, patched", "", _fence(a.config_diff, "diff")]
+        if a.next_steps:
+            out += ["", "## Also check", ""] + [f"- {s}" for s in a.next_steps]
+    related = [f for f in a.findings if f.role == "related"]
+    if related:
+        out += ["", "## Other findings", ""]
+        for f in related:
+            out += _finding_md(f, level="###")
+            out.append("")
+    if a.warnings:
+        out += ["", "## Warnings", ""] + [f"- {w}" for w in a.warnings]
+    return "\n".join(out).rstrip() + "\n"

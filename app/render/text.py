@@ -1,0 +1,128 @@
+"""Terminal rendering: the root cause first, its symptoms folded under it, then the fix."""
+
+from __future__ import annotations
+
+import textwrap
+
+from app.engine.models import Analysis, Finding, Patch
+from app.engine.patches import ray_env_block
+
+_COLOURS = {"bold": "1", "dim": "2", "red": "31", "yellow": "33", "green": "32", "cyan": "36", "magenta": "35"}
+_SEVERITY_COLOUR = {"critical": "red", "error": "red", "warning": "yellow", "info": "cyan"}
+
+
+class _Style:
+    def __init__(self, colour: bool) -> None:
+        self.colour = colour
+
+    def __call__(self, text: str, *styles: str) -> str:
+        if not self.colour or not styles:
+            return text
+        codes = ";".join(_COLOURS[s] for s in styles)
+        return f"\x1b[{codes}m{text}\x1b[0m"
+
+
+def _where(f: Finding) -> str:
+    parts = [f"seen {f.count}x"]
+    if f.ranks:
+        parts.append("ranks " + _compact(f.ranks))
+    if f.hosts:
+        parts.append("hosts " + ", ".join(f.hosts[:6]) + (" …" if len(f.hosts) > 6 else ""))
+    return ", ".join(parts)
+
+
+def _compact(nums: list[int]) -> str:
+    """[0,1,2,3,5] -> '0-3,5'"""
+    out: list[str] = []
+    start = prev = None
+    for n in nums:
+        if start is None:
+            start = prev = n
+        elif prev is not None and n == prev + 1:
+            prev = n
+        else:
+            out.append(f"{start}-{prev}" if start != prev else str(start))
+            start = prev = n
+    if start is not None:
+        out.append(f"{start}-{prev}" if start != prev else str(start))
+    return ",".join(out)
+
+
+def _patch_line(p: Patch) -> str:
+    label = f"[{p.target}{'/' + p.framework if p.framework else ''}]"
+    body = p.rendered.replace("\n", "\n      ")
+    note = f"   ({p.note})" if p.note else ""
+    return f"  {label} {body}\n      # {p.why}{note}"
+
+
+def render_text(a: Analysis, *, colour: bool = False, width: int = 100) -> str:
+    s = _Style(colour)
+    out: list[str] = []
+    root = a.root_cause
+    if root is None:
+        out.append(s("No known failure matched.", "bold", "yellow") + " Nothing is guessed; collect this next:")
+        out.extend(f"  - {step}" for step in a.next_steps)
+    else:
+        sev = _SEVERITY_COLOUR.get(root.severity, "bold")
+        out.append(
+            s("ROOT CAUSE", "bold", sev)
+            + f"  {s(root.title, 'bold')}  [{root.failure_class}, {root.kind}]"
+            + s(f"  confidence {root.confidence:.2f}", "dim")
+        )
+        out.append(f"  {_where(root)}   rule {root.rule_id} v{root.rule_version}")
+        for ev in root.evidence:
+            out.append(s(f"  {ev.file}:{ev.line}  ", "dim") + _clip(ev.text, width))
+        symptoms = [f for f in a.findings if f.role == "symptom"]
+        if symptoms:
+            out.append(s("  symptoms (caused by the above):", "bold"))
+            for f in symptoms:
+                out.append(f"    - {f.title} [{f.failure_class}] {s(_where(f), 'dim')}")
+        out.append("")
+        out.append(s("WHAT TO DO", "bold", "green"))
+        out.extend("  " + line for line in root.remediation.splitlines())
+        if root.patches:
+            out.append("")
+            out.append(s("CONFIG PATCHES", "bold", "green"))
+            out.extend(_patch_line(p) for p in root.patches)
+            block = ray_env_block(root.patches)
+            if block:
+                out.append(s("  as a Ray runtime_env:", "dim"))
+                out.extend("    " + ln for ln in block.splitlines())
+        if a.config_diff:
+            out.append("")
+            out.append(s("DIFF OF YOUR CONFIG", "bold", "green"))
+            out.extend("  " + ln for ln in a.config_diff.rstrip("\n").splitlines())
+        if a.next_steps:
+            out.append("")
+            out.append(s("ALSO CHECK", "bold"))
+            out.extend(f"  - {step}" for step in a.next_steps)
+    related = [f for f in a.findings if f.role == "related"]
+    if related:
+        out.append("")
+        out.append(s("OTHER FINDINGS", "bold"))
+        for f in related:
+            out.append(f"  - {f.title} [{f.failure_class}, {f.severity}] {s(_where(f), 'dim')}")
+            if f.evidence:
+                ev = f.evidence[0]
+                out.append(s(f"      {ev.file}:{ev.line}  ", "dim") + _clip(ev.text, width - 6))
+    if a.warnings:
+        out.append("")
+        out.extend(s(f"warning: {w}", "yellow") for w in a.warnings)
+    out.append("")
+    out.append(s(_footer(a), "dim"))
+    return "\n".join(out) + "\n"
+
+
+def _clip(text: str, width: int) -> str:
+    return textwrap.shorten(text, width=max(40, width), placeholder=" …") if len(text) > width else text
+
+
+def _footer(a: Analysis) -> str:
+    fw = f"{a.framework.name}{' ' + a.framework.version if a.framework.version else ''}" if a.framework else "unknown"
+    st = a.stats
+    size = st.get("bytes", 0) / 1e6
+    speed = f", {st['mb_per_s']:.0f} MB/s" if st.get("mb_per_s") else ""
+    return (
+        f"framework: {fw} | rule library {a.library_version} | {size:.1f} MB, {st.get('lines', 0)} lines "
+        f"in {st.get('scan_seconds', 0):.2f} s{speed} ({st.get('engine')})"
+    )
