@@ -211,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--framework", choices=list(_frameworks()), help="override framework detection")
     a.add_argument("--exit-code", type=int, help="the job's reported exit status (0 + fatal error = masked)")
     a.add_argument("--jobs", type=int, help="scan processes (default: one per core for large files)")
-    a.add_argument("--max-bytes", type=_size, help="largest input after decompression, e.g. 20G (0 = no limit)")
+    a.add_argument(
+        "--max-bytes", type=_size, help="largest input after decompression, e.g. 20G (0 = no limit)"
+    )
     a.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     a.add_argument("-o", "--output", help="write the report to a file")
     common(a)
@@ -229,7 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     rli.add_argument("--costs", action="store_true", help="print each rule's scan cost")
     re_ = rsub.add_parser("export", help="export patterns (grep) or the rule JSON schema")
     re_.add_argument("--format", choices=["grep", "schema"], default="grep")
-    for sp, fn in ((rl, cmd_rules_list), (rs, cmd_rules_show), (rt, cmd_rules_test), (rli, cmd_rules_lint), (re_, cmd_rules_export)):
+    for sp, fn in (
+        (rl, cmd_rules_list),
+        (rs, cmd_rules_show),
+        (rt, cmd_rules_test),
+        (rli, cmd_rules_lint),
+        (re_, cmd_rules_export),
+    ):
         common(sp)
         sp.set_defaults(func=fn)
 

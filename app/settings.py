@@ -20,11 +20,15 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL, e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test. "
         "Default: SQLite file in the data dir.",
     )
-    rules_dir: Path | None = Field(default=None, description="Rule library directory (default: the bundled rules/).")
+    rules_dir: Path | None = Field(
+        default=None, description="Rule library directory (default: the bundled rules/)."
+    )
     cache_dir: Path | None = Field(
         default=None, description="Compiled-rule cache (default: $XDG_CACHE_HOME/logtriage)."
     )
-    engine: str = Field(default="auto", description="Scan engine: auto, hyperscan or regex (portable fallback).")
+    engine: str = Field(
+        default="auto", description="Scan engine: auto, hyperscan or regex (portable fallback)."
+    )
     max_bytes: int = Field(
         default=20 << 30, description="Largest log accepted, in bytes after decompression (0 = no limit)."
     )

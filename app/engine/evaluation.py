@@ -79,7 +79,9 @@ def evaluate_corpus(compiled: CompiledLibrary, corpus: Path) -> Report:
     for e in load_manifest(corpus):
         files = e["file"] if isinstance(e["file"], list) else [e["file"]]
         sources, _ = collect_sources([str(corpus / f) for f in files])
-        a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1, exit_code=e.get("exit_code")))
+        a = triage(
+            sources=sources, compiled=compiled, options=TriageOptions(jobs=1, exit_code=e.get("exit_code"))
+        )
         predicted = a.root_cause.failure_class if a.root_cause else "unknown"
         report.cases.append(Case(", ".join(files), e["expected_class"], predicted, e.get("source", "")))
     return report

@@ -10,7 +10,15 @@ from __future__ import annotations
 from app.engine.scan import CompiledLibrary
 
 _CLASS_IN_BRACKET = {"d": "0-9", "s": "[:space:]", "w": "[:alnum:]_", "t": "\t"}
-_CLASS = {"d": "[0-9]", "D": "[^0-9]", "s": "[[:space:]]", "S": "[^[:space:]]", "w": "[[:alnum:]_]", "W": "[^[:alnum:]_]", "t": "\t"}
+_CLASS = {
+    "d": "[0-9]",
+    "D": "[^0-9]",
+    "s": "[[:space:]]",
+    "S": "[^[:space:]]",
+    "w": "[[:alnum:]_]",
+    "W": "[^[:alnum:]_]",
+    "t": "\t",
+}
 
 
 def to_ere(p: str) -> str:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from app.errors import InputError, InputTooLargeError
 
@@ -143,14 +143,14 @@ def _decompressor(raw: BinaryIO, kind: str | None) -> Readable:
         try:
             from isal import igzip  # ~2x stdlib zlib: gzip logs are common in archives
 
-            return igzip.IGzipFile(fileobj=raw, mode="rb")
+            return igzip.IGzipFile(fileobj=raw, mode="rb")  # type: ignore[no-untyped-call]
         except ImportError:
             return gzip.GzipFile(fileobj=raw, mode="rb")
     if kind == "zstd":
         import zstandard
 
         return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-    return raw
+    return raw  # type: ignore[return-value]
 
 
 class _Peeked(io.RawIOBase):
@@ -163,7 +163,8 @@ class _Peeked(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
+    def readinto(self, buffer: Any, /) -> int:
+        b = memoryview(buffer).cast("B")
         if self._head.nbytes:
             n = min(len(b), self._head.nbytes)
             b[:n] = self._head[:n]
@@ -194,7 +195,7 @@ def open_source(src: Source, *, budget: ByteBudget) -> OpenedSource:
     closer: list[BinaryIO] = []
     if src.path is not None:
         try:
-            raw: BinaryIO = src.path.open("rb", buffering=0)  # type: ignore[assignment]
+            raw: BinaryIO = src.path.open("rb", buffering=0)
         except OSError as exc:
             raise InputError(f"{src.name}: cannot open ({exc.strerror})") from None
         closer.append(raw)
@@ -203,7 +204,7 @@ def open_source(src: Source, *, budget: ByteBudget) -> OpenedSource:
         assert src.stream is not None
         head = src.stream.read(4) or b""
         kind = "gzip" if head.startswith(GZIP_MAGIC) else "zstd" if head.startswith(ZSTD_MAGIC) else None
-        raw = io.BufferedReader(_Peeked(head, src.stream))  # type: ignore[arg-type]
+        raw = io.BufferedReader(_Peeked(head, src.stream))
     inner = _decompressor(raw, kind)
     return OpenedSource(LimitedReader(inner, budget=budget, name=src.name), kind, closer)
 

@@ -376,9 +376,7 @@ def load_rule(path: Path, *, classes: dict[str, FailureClass] | None = None) -> 
             ("explains", c) for c in rule.explains
         ]:
             if value not in classes:
-                raise RuleError(
-                    f"{value!r} is not in failure-classes.yaml", file=str(path), field=cls_field
-                )
+                raise RuleError(f"{value!r} is not in failure-classes.yaml", file=str(path), field=cls_field)
     return LoadedRule(rule=rule, path=path, text=text)
 
 

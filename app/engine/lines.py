@@ -26,7 +26,7 @@ _PREFIXES = [
     (
         "ray",
         regex.compile(
-            r"\((?P<actor>[^()\s,]*(?:\([^()]*\))?[^()\s,]*)?(?:,?\s*pid=(?P<pid>\d+))?"
+            r"\((?P<actor>[^()\s,=]+(?:\([^()]*\))?)?(?:,?\s*pid=(?P<pid>\d+))?"
             r"(?:,\s*ip=(?P<ip>[\d.:a-fA-F]+))?(?:,\s*repeated\s+\d+x)?\)\s"
         ),
     ),

@@ -55,7 +55,13 @@ class HyperscanMatcher:
 
         self._hs = hs
         key = hashlib.sha256(
-            repr((_HS_CACHE_FORMAT, hs.__version__, [(p.text, p.ignore_case, p.single) for p in patterns])).encode()
+            repr(
+                (
+                    _HS_CACHE_FORMAT,
+                    getattr(hs, "__version__", "?"),
+                    [(p.text, p.ignore_case, p.single) for p in patterns],
+                )
+            ).encode()
         ).hexdigest()[:24]
         cached = cache_dir / f"hs-{key}.db" if cache_dir else None
         db = None
@@ -106,7 +112,7 @@ class HyperscanMatcher:
         def on_match(pid: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
             append((pid, to))
 
-        self._db.scan(chunk, match_event_handler=on_match)
+        self._db.scan(chunk, match_event_handler=on_match)  # type: ignore[type-var]
 
 
 class RegexMatcher:
@@ -115,9 +121,7 @@ class RegexMatcher:
     name = "regex"
 
     def __init__(self, patterns: Sequence[PatternSpec]) -> None:
-        self._compiled = [
-            regex.compile(p.text, regex.IGNORECASE if p.ignore_case else 0) for p in patterns
-        ]
+        self._compiled = [regex.compile(p.text, regex.IGNORECASE if p.ignore_case else 0) for p in patterns]
 
     def scan(self, chunk: memoryview, out: list[tuple[int, int]]) -> None:
         data = chunk.tobytes()

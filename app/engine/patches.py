@@ -25,7 +25,9 @@ from app.engine.library import PatchSpec, PatchTarget
 from app.engine.models import Patch
 from app.errors import ConfigFileError
 
-_FLAG = regex.compile(r"(?<![\w-])(--[A-Za-z][\w-]*)(?:[ \t]*=[ \t]*|[ \t]+(?:\\\n[ \t]*)?)?([^\s\\-][^\s\\]*)?")
+_FLAG = regex.compile(
+    r"(?<![\w-])(--[A-Za-z][\w-]*)(?:[ \t]*=[ \t]*|[ \t]+(?:\\\n[ \t]*)?)?([^\s\\-][^\s\\]*)?"
+)
 
 
 def _yaml() -> Any:
@@ -60,12 +62,11 @@ class ConfigView:
         suffix = Path(name).suffix.lower()
         if suffix in (".sh", ".bash", ".slurm", ".sbatch"):
             return cls(name=name, text=text, kind="script", flags=_parse_flags(text))
+        err: Exception | None = None
         try:
             doc = _yaml().load(text)
         except Exception as exc:  # ruamel raises many types; all mean "not parseable YAML"
             doc, err = None, exc
-        else:
-            err = None
         if isinstance(doc, dict):
             return cls(name=name, text=text, kind="yaml", doc=doc)
         if suffix not in (".yaml", ".yml") and _FLAG.search(text):
@@ -190,9 +191,7 @@ def compute_patches(
         computed, note = True, None
         if spec.value is not None:
             try:
-                value = (
-                    render_template(spec.value, scope) if isinstance(spec.value, str) else spec.value
-                )
+                value = render_template(spec.value, scope) if isinstance(spec.value, str) else spec.value
             except Missing as miss:
                 computed = False
                 note = f"needs `{miss.name}`, which neither the log nor the config states; pass --config"
@@ -273,7 +272,9 @@ def _yaml_scalar(v: Any) -> str:
 
 
 def ray_env_block(patches: Iterable[Patch]) -> str | None:
-    env = {p.path[-1]: _scalar(p.value, dialect="env") for p in patches if p.target == "env" and p.op == "set"}
+    env = {
+        p.path[-1]: _scalar(p.value, dialect="env") for p in patches if p.target == "env" and p.op == "set"
+    }
     if not env:
         return None
     return "runtime_env = " + json.dumps({"env_vars": env}, indent=2)
@@ -345,7 +346,9 @@ def _apply_script(config: ConfigView, patches: list[Patch]) -> str | None:
 
 def _edit_flag(text: str, p: Patch) -> str:
     flag = p.path[-1]
-    pat = regex.compile(rf"(?<![\w-]){regex.escape(flag)}(?![\w-])(?:[ \t]*=[ \t]*|[ \t]+)?(?P<val>[^\s\\-][^\s\\]*)?")
+    pat = regex.compile(
+        rf"(?<![\w-]){regex.escape(flag)}(?![\w-])(?:[ \t]*=[ \t]*|[ \t]+)?(?P<val>[^\s\\-][^\s\\]*)?"
+    )
     m = pat.search(text)
     if p.op in ("unset", "flag_off"):
         return pat.sub("", text, count=1) if m else text

@@ -73,7 +73,9 @@ def rank(matches: list[RuleMatch], library: Library) -> list[Ranked]:
         conf = root.match.rule.confidence
         if symptoms:
             conf += 0.04  # the expected cascade is present: corroboration
-        rivals = [c for c in candidates[1:] if c.match.rule.severity.weight >= root.match.rule.severity.weight]
+        rivals = [
+            c for c in candidates[1:] if c.match.rule.severity.weight >= root.match.rule.severity.weight
+        ]
         if rivals:
             conf *= 0.85  # another unexplained error of the same weight: less certain
         if root.match.rule.severity is Severity.warning:

@@ -102,7 +102,9 @@ def _redact_block(block: bytes) -> bytes:
     out = []
     for line in block.split(b"\n"):
         if _TRIGGER_RX.search(line):
-            out.append(redact_text(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+            out.append(
+                redact_text(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+            )
         else:
             out.append(line)
     return b"\n".join(out)

@@ -81,7 +81,11 @@ def run_all(compiled: CompiledLibrary) -> list[CaseResult]:
 
 def baseline_files(library: Library) -> list[Path]:
     base = library.root / "_baseline"
-    return sorted(p for p in base.glob("*") if p.is_file() and not p.name.startswith(".")) if base.is_dir() else []
+    return (
+        sorted(p for p in base.glob("*") if p.is_file() and not p.name.startswith("."))
+        if base.is_dir()
+        else []
+    )
 
 
 def run_baseline(compiled: CompiledLibrary) -> list[CaseResult]:
@@ -141,7 +145,11 @@ def lint(library: Library, *, cost_sample: bytes | None = None) -> tuple[list[Li
     for rid, ratio in costs.items():
         if ratio > 3.0:
             issues.append(
-                LintIssue(rid, "warning", f"scan cost {ratio:.1f}x a literal pattern: add a rare literal of 4+ bytes")
+                LintIssue(
+                    rid,
+                    "warning",
+                    f"scan cost {ratio:.1f}x a literal pattern: add a rare literal of 4+ bytes",
+                )
             )
     return issues, costs
 

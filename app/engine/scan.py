@@ -12,6 +12,7 @@ Hot-path invariants (each one is measured in ``bench/``):
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -242,28 +243,26 @@ class _Scanner:
         hits = self.hits
         hits.sort(key=lambda h: h[1])
         entries = self.compiled.entries
-        result = self.result
         pos, lineno = 0, line_base
         line_start = -1
-        pids: list[int] = []
+        line_hits: list[tuple[int, int]] = []
         for pid, end in hits:
             ls = buf.rfind(b"\n", 0, end) + 1 if end > 0 else 0
             if ls >= cut:
                 continue
             if ls != line_start:
-                if pids:
-                    self._check_line(buf, line_start, cut, lineno, pids)
+                if line_hits:
+                    self._check_line(buf, line_start, cut, lineno, line_hits)
                 lineno += buf.count(b"\n", pos, ls)
                 pos = ls
                 line_start = ls
-                pids = []
+                line_hits = []
             entry = entries[pid]
             if entry.single and self._satisfied(entry):
                 continue
-            if pid not in pids:
-                pids.append(pid)
-        if pids:
-            self._check_line(buf, line_start, cut, lineno, pids)
+            line_hits.append((pid, end))
+        if line_hits:
+            self._check_line(buf, line_start, cut, lineno, line_hits)
 
     def _satisfied(self, entry: Entry) -> bool:
         if entry.role == "fact":
@@ -272,15 +271,30 @@ class _Scanner:
             return entry.owner in self.result.frameworks
         return self.result.frameworks.get(entry.owner) is not None
 
-    def _check_line(self, buf: bytearray, ls: int, cut: int, index: int, pids: list[int]) -> None:
+    def _check_line(
+        self, buf: bytearray, ls: int, cut: int, index: int, line_hits: list[tuple[int, int]]
+    ) -> None:
         le = buf.find(b"\n", ls, cut)
         if le < 0:
             le = cut
-        text = normalise(bytes(buf[ls:le]), max_chars=MAX_VERIFY_CHARS)
-        ctx: LineContext | None = None
         result = self.result
         lineno = index + 1
-        for pid in pids:
+        long_line = le - ls > MAX_VERIFY_CHARS
+        text = "" if long_line else normalise(bytes(buf[ls:le]), max_chars=MAX_VERIFY_CHARS)
+        ctx: LineContext | None = None
+        done: set[int] = set()
+        for pid, end in line_hits:
+            if pid in done:
+                continue
+            if long_line:
+                # Verify a window ending just past this hit: the match ends at `end`, so it
+                # lies inside; the head of the line still gives the prefix context.
+                head = normalise(bytes(buf[ls : ls + 256]), max_chars=256)
+                tail = normalise(
+                    bytes(buf[max(ls, end - MAX_VERIFY_CHARS) : min(le, end + 256)]),
+                    max_chars=MAX_VERIFY_CHARS + 512,
+                )
+                text = head + " … " + tail
             entry = self.compiled.entries[pid]
             try:
                 m = entry.rx.search(text, timeout=VERIFY_TIMEOUT)
@@ -289,6 +303,7 @@ class _Scanner:
                 continue
             if m is None:
                 continue
+            done.add(pid)
             groups = {k: v for k, v in m.groupdict().items() if v is not None}
             if entry.role == "fact":
                 result.facts.setdefault(entry.owner, (groups.get("value", ""), lineno))
@@ -351,7 +366,7 @@ def split_points(path: Path, parts: int) -> list[tuple[int, int]]:
             fh.readline()  # move to the next line start
             bounds.append(min(fh.tell(), size))
     bounds.append(size)
-    return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def scan_range(compiled: CompiledLibrary, src: Source, start: int, end: int) -> FileScan:
@@ -388,11 +403,17 @@ def _near(lines: list[int], target: int, window: int) -> bool:
     return i < len(lines) and lines[i] <= target + window
 
 
+def _valid(line: int, all_accs: list[PatternAcc | None], not_accs: list[PatternAcc], window: int) -> bool:
+    return all(_near(a.lines, line, window) for a in all_accs if a) and not any(
+        _near(a.lines, line, window) for a in not_accs
+    )
+
+
 def evaluate(compiled: CompiledLibrary, scans: list[FileScan], *, max_evidence: int = 4) -> list[RuleMatch]:
     out: list[RuleMatch] = []
     for rule in compiled.rules:
         ids = compiled.rule_entries.get(rule.id)
-        if not ids:
+        if not ids or rule.match is None:
             continue
         rm = RuleMatch(rule=rule)
         window = rule.match.window
@@ -405,20 +426,15 @@ def evaluate(compiled: CompiledLibrary, scans: list[FileScan], *, max_evidence: 
                 continue
             not_accs = [scan.accs[p] for p in ids["not"] if p in scan.accs]
 
-            def valid(line: int) -> bool:
-                return all(_near(a.lines, line, window) for a in all_accs if a) and not any(
-                    _near(a.lines, line, window) for a in not_accs
-                )
-
             checks = bool(ids["all"] or not_accs)
             recs: list[HitRecord] = []
             file_count = 0
             for acc in anchors:
                 if checks:
-                    good = [ln for ln in acc.lines if valid(ln)]
+                    good = [ln for ln in acc.lines if _valid(ln, all_accs, not_accs, window)]
                     file_count += len(good)
-                    recs.extend(r for r in acc.samples if valid(r.line))
-                    if acc.last and valid(acc.last.line):
+                    recs.extend(r for r in acc.samples if _valid(r.line, all_accs, not_accs, window))
+                    if acc.last and _valid(acc.last.line, all_accs, not_accs, window):
                         recs.append(acc.last)
                 else:
                     file_count += acc.count

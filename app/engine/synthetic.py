@@ -11,8 +11,22 @@ import random
 from app.engine.library import Rule
 
 _WORDS = [
-    "Shard", "Bucket", "Pipeline", "Rollout", "Replica", "Gradient", "Optimizer", "Sampler",
-    "Actor", "Critic", "Reward", "Buffer", "Stream", "Channel", "Kernel", "Mesh",
+    "Shard",
+    "Bucket",
+    "Pipeline",
+    "Rollout",
+    "Replica",
+    "Gradient",
+    "Optimizer",
+    "Sampler",
+    "Actor",
+    "Critic",
+    "Reward",
+    "Buffer",
+    "Stream",
+    "Channel",
+    "Kernel",
+    "Mesh",
 ]
 _KINDS = ["Error", "Failure", "Mismatch", "Timeout", "Overflow", "Corruption"]
 

@@ -25,7 +25,15 @@ from app.engine.models import Analysis, Evidence, Finding, FrameworkInfo
 from app.engine.patches import ConfigView, compute_patches, config_diff, select_specs
 from app.engine.rank import Ranked, rank
 from app.engine.redact import redact_text
-from app.engine.scan import CompiledLibrary, FileScan, RuleMatch, evaluate, scan_range, scan_source, split_points
+from app.engine.scan import (
+    CompiledLibrary,
+    FileScan,
+    RuleMatch,
+    evaluate,
+    scan_range,
+    scan_source,
+    split_points,
+)
 from app.errors import InputTooLargeError
 
 # RL frameworks first: the most specific name is the one whose dialect patches speak.
@@ -152,9 +160,9 @@ def _detect_framework(scans: list[FileScan], override: str | None) -> tuple[Fram
 
 def _remediation_text(rule: Rule, captures: dict[str, str]) -> str:
     def fill(m: regex.Match[str]) -> str:
-        return captures.get(m.group(1), f"<{m.group(1)}>")
+        return str(captures.get(m.group(1), f"<{m.group(1)}>"))
 
-    return regex.sub(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", fill, rule.remediation.strip())
+    return str(regex.sub(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", fill, rule.remediation.strip()))
 
 
 def _finding(

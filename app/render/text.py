@@ -7,7 +7,15 @@ import textwrap
 from app.engine.models import Analysis, Finding, Patch
 from app.engine.patches import ray_env_block
 
-_COLOURS = {"bold": "1", "dim": "2", "red": "31", "yellow": "33", "green": "32", "cyan": "36", "magenta": "35"}
+_COLOURS = {
+    "bold": "1",
+    "dim": "2",
+    "red": "31",
+    "yellow": "33",
+    "green": "32",
+    "cyan": "36",
+    "magenta": "35",
+}
 _SEVERITY_COLOUR = {"critical": "red", "error": "red", "warning": "yellow", "info": "cyan"}
 
 
@@ -60,7 +68,9 @@ def render_text(a: Analysis, *, colour: bool = False, width: int = 100) -> str:
     out: list[str] = []
     root = a.root_cause
     if root is None:
-        out.append(s("No known failure matched.", "bold", "yellow") + " Nothing is guessed; collect this next:")
+        out.append(
+            s("No known failure matched.", "bold", "yellow") + " Nothing is guessed; collect this next:"
+        )
         out.extend(f"  - {step}" for step in a.next_steps)
     else:
         sev = _SEVERITY_COLOUR.get(root.severity, "bold")
@@ -118,7 +128,11 @@ def _clip(text: str, width: int) -> str:
 
 
 def _footer(a: Analysis) -> str:
-    fw = f"{a.framework.name}{' ' + a.framework.version if a.framework.version else ''}" if a.framework else "unknown"
+    fw = (
+        f"{a.framework.name}{' ' + a.framework.version if a.framework.version else ''}"
+        if a.framework
+        else "unknown"
+    )
     st = a.stats
     size = st.get("bytes", 0) / 1e6
     speed = f", {st['mb_per_s']:.0f} MB/s" if st.get("mb_per_s") else ""

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import shutil
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app.engine.ingest import collect_sources
+from app.engine.library import Library, load_library
+from app.engine.models import Analysis
+from app.engine.patches import ConfigView
+from app.engine.scan import CompiledLibrary
+from app.engine.triage import TriageOptions, triage
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = ROOT / "rules"
+
+
+@pytest.fixture(scope="session")
+def library() -> Library:
+    return load_library(RULES)
+
+
+@pytest.fixture(scope="session")
+def compiled(library: Library, tmp_path_factory: pytest.TempPathFactory) -> CompiledLibrary:
+    return CompiledLibrary(library, engine="hyperscan", cache_dir=tmp_path_factory.mktemp("hs-cache"))
+
+
+@pytest.fixture(scope="session")
+def compiled_regex(library: Library) -> CompiledLibrary:
+    return CompiledLibrary(library, engine="regex")
+
+
+Analyze = Callable[..., Analysis]
+
+
+@pytest.fixture
+def analyze(compiled: CompiledLibrary, tmp_path: Path) -> Analyze:
+    """Write text (or bytes) to a log file and triage it with the real library."""
+
+    def run(
+        content: str | bytes,
+        *,
+        name: str = "job.log",
+        compiled_lib: CompiledLibrary | None = None,
+        config: str | None = None,
+        config_name: str = "job.yaml",
+        **opts: object,
+    ) -> Analysis:
+        path = tmp_path / name
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+        sources, warnings = collect_sources([str(path)])
+        view = None
+        if config is not None:
+            cpath = tmp_path / config_name
+            cpath.write_text(textwrap.dedent(config))
+            view = ConfigView.load(cpath)
+        return triage(
+            sources=sources,
+            compiled=compiled_lib or compiled,
+            options=TriageOptions(**opts),  # type: ignore[arg-type]
+            config=view,
+            warnings=warnings,
+        )
+
+    return run
+
+
+def make_rules_dir(tmp: Path, rules: dict[str, str]) -> Path:
+    """A rule library with the project's classes and only the given rules ({relpath: yaml})."""
+    root = tmp / "rules"
+    root.mkdir()
+    for name in ("library.yaml", "failure-classes.yaml", "class-relations.yaml"):
+        shutil.copy(RULES / name, root / name)
+    for rel, text in rules.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return root
+
+
+def fixture_text(rel: str) -> str:
+    return (RULES / rel).read_text()

@@ -1,0 +1,125 @@
+"""The `logtriage` command as a user runs it: a real subprocess, real files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+OOM = (
+    "[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a "
+    "total capacity of 79.25 GiB of which 1.21 GiB is free.\n"
+)
+
+
+def run(*args: str, stdin: bytes | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], input=stdin, capture_output=True, cwd=cwd, timeout=120
+    )
+
+
+def test_json_contract(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("step 1\n" + OOM)
+    res = run("analyze", str(log), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert {"library_version", "framework", "root_cause", "findings", "next_steps", "warnings"} <= set(data)
+    f = data["root_cause"]
+    assert set(f) >= {
+        "rule_id",
+        "rule_version",
+        "failure_class",
+        "kind",
+        "severity",
+        "title",
+        "confidence",
+        "role",
+        "count",
+        "evidence",
+        "captures",
+        "ranks",
+        "hosts",
+        "remediation",
+        "patches",
+    }
+    assert f["role"] == "root_cause" and f["ranks"] == [2]
+    assert f["evidence"][0] == {"file": str(log), "line": 2, "text": OOM.strip()}
+    assert data["findings"][0] == f
+    patch = f["patches"][0]
+    assert {"target", "path", "op", "value", "why", "rendered"} <= set(patch)
+
+
+def test_stdin_gzip_and_text_output() -> None:
+    res = run("analyze", "-", "--color", "never", stdin=gzip.compress(OOM.encode()))
+    assert res.returncode == 0
+    out = res.stdout.decode()
+    assert out.startswith("ROOT CAUSE  CUDA out of memory")
+    assert "\x1b[" not in out
+    assert "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
+
+
+def test_colour_on_request_and_markdown(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(OOM)
+    assert "\x1b[1;31mROOT CAUSE" in run("analyze", str(log), "--color", "always").stdout.decode()
+    md = run("analyze", str(log), "--format", "markdown").stdout.decode()
+    assert md.startswith("# logtriage report") and "## Root cause: CUDA out of memory" in md
+
+
+def test_nothing_found_still_exits_zero(tmp_path: Path) -> None:
+    log = tmp_path / "ok.log"
+    log.write_text("all good\n")
+    res = run("analyze", str(log), "--color", "never")
+    assert res.returncode == 0
+    assert "No known failure matched" in res.stdout.decode()
+
+
+def test_unreadable_input_exits_one_with_one_line(tmp_path: Path) -> None:
+    res = run("analyze", str(tmp_path / "missing.log"))
+    assert res.returncode == 1
+    err = res.stderr.decode()
+    assert err.count("\n") == 1 and "no such file" in err and "Traceback" not in err
+    bad = tmp_path / "bad.log"
+    bad.write_bytes(gzip.compress(b"x" * 10_000)[:40])
+    res = run("analyze", str(bad))
+    assert res.returncode == 1 and "Traceback" not in res.stderr.decode()
+
+
+def test_bad_config_exits_one(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(OOM)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("key: [unclosed\n")
+    res = run("analyze", str(log), "--config", str(cfg))
+    assert res.returncode == 1 and "c.yaml" in res.stderr.decode()
+
+
+def test_usage_errors_exit_two() -> None:
+    assert run().returncode == 2
+    assert run("analyze").returncode == 2
+    assert run("analyze", "x.log", "--format", "yaml").returncode == 2
+    assert run("analyze", "x.log", "--max-bytes", "lots").returncode == 2
+
+
+def test_size_limit_message(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("x" * 5000 + "\n")
+    res = run("analyze", str(log), "--max-bytes", "1K")
+    assert res.returncode == 1 and "over the limit" in res.stderr.decode()
+
+
+def test_rules_commands() -> None:
+    listing = run("rules", "list", "--json")
+    assert listing.returncode == 0
+    ids = {r["id"] for r in json.loads(listing.stdout)}
+    assert "cuda-out-of-memory" in ids
+    shown = run("rules", "show", "cuda-out-of-memory")
+    assert shown.returncode == 0 and b"failure_class: cuda.out_of_memory" in shown.stdout
+    assert run("rules", "show", "no-such-rule").returncode == 1
+    exported = run("rules", "export", "--format", "grep").stdout.decode().splitlines()
+    assert len(exported) >= len(ids) and not any("(?P<" in p for p in exported)

@@ -1,0 +1,167 @@
+"""Expressions and config patches: computed values, dialects, diffs of the user's own config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.engine.expr import ExprError, Missing, Scope, evaluate, render_template
+from app.engine.library import PatchSpec
+from app.engine.patches import ConfigView, compute_patches, config_diff, render_patch
+from app.errors import ConfigFileError
+
+
+def test_expressions_compute_from_captures_and_facts() -> None:
+    scope = Scope(captures={"chunks": "64", "batch": "32"}, facts={"max_tokens_per_gpu": 9216})
+    assert render_template("{chunks}", scope) == 64
+    assert render_template("{max(256, max_tokens_per_gpu // 2)}", scope) == 4608
+    assert render_template("{ceil_div(chunks, batch) * batch}", scope) == 64
+    assert render_template("{pow2_at_least(batch + 1)}", scope) == 64
+    assert render_template("batch {batch} -> {chunks}", scope) == "batch 32 -> 64"
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["__import__('os').system('true')", "().__class__", "x[0]", "[a for a in b]", "open('f')", "lambda: 1"],
+)
+def test_expressions_reject_anything_outside_the_whitelist(source: str) -> None:
+    with pytest.raises((ExprError, Missing)):
+        evaluate(source, Scope(captures={"x": "1", "b": "2"}))
+
+
+def test_missing_name_raises_missing() -> None:
+    with pytest.raises(Missing) as info:
+        evaluate("max_tokens_per_gpu // 2", Scope())
+    assert info.value.name == "max_tokens_per_gpu"
+
+
+def _spec(**kw: object) -> PatchSpec:
+    return PatchSpec.model_validate({"why": "because", **kw})
+
+
+def test_missing_value_is_shown_with_a_note_not_dropped() -> None:
+    (p,), problems = compute_patches(
+        [_spec(target="cli", path=["--max-tokens-per-gpu"], value="{max_tokens_per_gpu // 2}")],
+        scope=Scope(),
+        config=None,
+    )
+    assert not p.computed and "max_tokens_per_gpu" in (p.note or "")
+    assert p.rendered == "--max-tokens-per-gpu '<?>'"
+    assert problems == []
+
+
+def test_when_guards_a_patch() -> None:
+    spec = _spec(target="hydra", path=["models", "policy", "enforce_eager"], value=True, when="tp > 1")
+    assert compute_patches([spec], scope=Scope(captures={"tp": "1"}), config=None)[0] == []
+    (p,), _ = compute_patches([spec], scope=Scope(captures={"tp": "4"}), config=None)
+    assert p.rendered == "models.policy.enforce_eager=True"
+    assert compute_patches([spec], scope=Scope(), config=None)[0] == []  # tp unknown: not offered
+
+
+def test_renderings_per_dialect() -> None:
+    (y, h, c, e, off), _ = compute_patches(
+        [
+            _spec(
+                target="yaml", path=["actor_train", "training_args", "per_device_train_batch_size"], value=2
+            ),
+            _spec(target="hydra", path=["runtime_args", "train_micro_batch_size"], value="{4 // 2}"),
+            _spec(target="cli", path=["--sglang-mem-fraction-static"], value="0.7"),
+            _spec(target="env", path=["TORCHINDUCTOR_FORCE_DISABLE_CACHES"], value="1"),
+            _spec(target="cli", path=["--colocate"], op="flag_off"),
+        ],
+        scope=Scope(),
+        config=None,
+    )
+    assert y.rendered == "actor_train:\n  training_args:\n    per_device_train_batch_size: 2"
+    assert h.rendered == "runtime_args.train_micro_batch_size=2"
+    assert c.rendered == "--sglang-mem-fraction-static 0.7"
+    assert e.rendered == "export TORCHINDUCTOR_FORCE_DISABLE_CACHES=1"
+    assert off.rendered == "remove --colocate"
+
+
+ROLL_YAML = """\
+# ROLL pipeline config
+exp_name: grpo-qwen  # keep this comment
+rollout_batch_size: 32   # prompts per step
+num_return_sequences_in_group: 8
+actor_train:
+  device_mapping: list(range(0,8))
+  training_args:
+    per_device_train_batch_size: 1
+"""
+
+
+def test_yaml_diff_keeps_comments_and_order(tmp_path: Path) -> None:
+    cfg = tmp_path / "roll.yaml"
+    cfg.write_text(ROLL_YAML)
+    view = ConfigView.load(cfg)
+    assert view.find_leaf("rollout_batch_size") == 32
+    assert view.get_path(["actor_train", "device_mapping"]) == "list(range(0,8))"
+    patches, _ = compute_patches(
+        [
+            _spec(target="yaml", path=["rollout_batch_size"], value="{chunks}"),
+            _spec(target="yaml", path=["system_envs", "NVTE_TORCH_COMPILE"], value="'0'"),
+        ],
+        scope=Scope(captures={"chunks": "64"}, config=view),
+        config=view,
+    )
+    diff = config_diff(view, patches)
+    assert diff is not None
+    assert "-rollout_batch_size: 32   # prompts per step" in diff
+    assert "+rollout_batch_size: 64   # prompts per step" in diff
+    assert "+system_envs:" in diff
+    assert "keep this comment" not in "".join(ln for ln in diff.splitlines() if ln.startswith(("-", "+")))
+    assert cfg.read_text() == ROLL_YAML  # the user's file is never written
+
+
+SLIME_SH = """\
+#!/bin/bash
+python train.py \\
+   --actor-num-nodes 1 \\
+   --max-tokens-per-gpu 9216 \\
+   --use-dynamic-batch-size
+"""
+
+
+def test_launch_script_flags_are_read_and_edited(tmp_path: Path) -> None:
+    cfg = tmp_path / "run.sh"
+    cfg.write_text(SLIME_SH)
+    view = ConfigView.load(cfg)
+    assert view.kind == "script"
+    scope = Scope(config=view)
+    assert scope.lookup("max_tokens_per_gpu") == 9216
+    patches, _ = compute_patches(
+        [
+            _spec(target="cli", path=["--max-tokens-per-gpu"], value="{max_tokens_per_gpu // 2}"),
+            _spec(target="env", path=["TORCHINDUCTOR_FORCE_DISABLE_CACHES"], value="1"),
+        ],
+        scope=scope,
+        config=view,
+    )
+    diff = config_diff(view, patches)
+    assert diff is not None
+    assert "+   --max-tokens-per-gpu 4608 \\" in diff
+    assert "+export TORCHINDUCTOR_FORCE_DISABLE_CACHES=1" in diff
+
+
+def test_hydra_override_adds_plus_for_keys_the_config_lacks(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("models:\n  policy:\n    tensor_model_parallel_size: 2\n")
+    view = ConfigView.load(cfg)
+    (p,), _ = compute_patches(
+        [_spec(target="hydra", path=["models", "policy", "enforce_eager"], value=True)],
+        scope=Scope(),
+        config=view,
+    )
+    assert p.rendered == "+models.policy.enforce_eager=True"
+    assert render_patch(p.model_copy(update={"op": "unset"})) == "~models.policy.enforce_eager"
+
+
+def test_unparseable_config_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1, 2\n  b: }")
+    with pytest.raises(ConfigFileError, match="bad.yaml"):
+        ConfigView.load(bad)
+    with pytest.raises(ConfigFileError):
+        ConfigView.load(tmp_path / "missing.yaml")

@@ -1,0 +1,173 @@
+"""The scanner: chunk boundaries, both engines equal, parallel equals serial, windows, timeouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.engine.ingest import collect_sources
+from app.engine.library import load_library
+from app.engine.models import Analysis
+from app.engine.scan import CHUNK, CompiledLibrary
+from app.engine.triage import TriageOptions, triage
+from tests.conftest import RULES, make_rules_dir
+
+OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {n}.00 GiB. GPU 0 has a total "
+    "capacity of 79.25 GiB of which 1.21 GiB is free.\n"
+)
+
+
+def _summary(a: Analysis) -> list[tuple[object, ...]]:
+    return [
+        (
+            f.rule_id,
+            f.role,
+            f.count,
+            f.first_line,
+            f.last_line,
+            tuple(sorted(f.captures.items())),
+            tuple(f.ranks),
+        )
+        for f in a.findings
+    ]
+
+
+def _run(compiled: CompiledLibrary, path: Path, **opts: object) -> Analysis:
+    sources, _ = collect_sources([str(path)])
+    return triage(sources=sources, compiled=compiled, options=TriageOptions(**opts))  # type: ignore[arg-type]
+
+
+def test_hits_on_chunk_boundaries_have_exact_line_numbers(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    # Pad so that error lines straddle the 256 KiB chunk edges; compute the truth in Python.
+    lines: list[str] = []
+    size = 0
+    expected: list[int] = []
+    k = 0
+    while size < 5 * CHUNK:
+        edge = (size // CHUNK + 1) * CHUNK
+        filler_len = edge - size - 40
+        if filler_len > 1:
+            lines.append("f" * (filler_len - 1) + "\n")
+            size += filler_len
+        k += 1
+        line = OOM.format(n=k)
+        lines.append(line)
+        expected.append(len(lines))
+        size += len(line)
+    path = tmp_path / "edges.log"
+    path.write_text("".join(lines))
+    a = _run(compiled, path, jobs=1)
+    f = a.root_cause
+    assert f is not None
+    assert f.count == len(expected)
+    assert (f.first_line, f.last_line) == (expected[0], expected[-1])
+    assert a.stats["lines"] == len(lines)
+
+
+def test_hyperscan_and_regex_engines_give_identical_findings(
+    compiled: CompiledLibrary, compiled_regex: CompiledLibrary, tmp_path: Path
+) -> None:
+    # Every fixture and baseline log of the library, each scanned by both engines.
+    files = sorted(RULES.glob("*/*.log"))
+    assert len(files) >= 4
+    for f in files:
+        fast, slow = _run(compiled, f, jobs=1), _run(compiled_regex, f, jobs=1)
+        assert _summary(fast) == _summary(slow), f.name
+
+
+def test_parallel_scan_equals_serial(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    block = "".join(f"(WorkerDict pid={i}, ip=10.0.0.{i % 8}) step {i} loss 0.1\n" for i in range(20_000))
+    body = block + "[rank2]: " + OOM.format(n=1) + block + "[rank6]: " + OOM.format(n=2) + block
+    path = tmp_path / "big.log"
+    path.write_text(body * 3)
+    assert path.stat().st_size > 16 * CHUNK
+    serial, parallel = _run(compiled, path, jobs=1), _run(compiled, path, jobs=2)
+    assert _summary(serial) == _summary(parallel)
+    assert serial.stats["lines"] == parallel.stats["lines"] == body.count("\n") * 3
+    assert serial.root_cause is not None and serial.root_cause.count == 6
+    assert serial.root_cause.ranks == [2, 6]
+
+
+WINDOW_RULE = """
+id: pp-contiguous
+version: 1
+status: stable
+failure_class: megatron.pp_noncontiguous_tensor
+severity: error
+title: Non-contiguous tensor in a pipeline broadcast
+match:
+  any: ['AssertionError$', 'AssertionError: (?P<msg>.+)']
+  all: ['in _is_cuda_contiguous']
+  not: ['handled by retry wrapper']
+  window: 3
+explanation: A tensor sent between pipeline stages was not contiguous.
+remediation: Make the tensor contiguous before the broadcast.
+"""
+
+
+def test_window_all_and_not(tmp_path: Path) -> None:
+    lib = load_library(make_rules_dir(tmp_path, {"megatron/pp-contiguous.yaml": WINDOW_RULE}))
+    compiled = CompiledLibrary(lib, engine="hyperscan")
+    log = tmp_path / "w.log"
+    log.write_text(
+        "AssertionError\n"  # 1: no _is_cuda_contiguous nearby -> not an anchor
+        + "x\n" * 10
+        + '  File "communication.py", line 55, in _is_cuda_contiguous\n'  # 12
+        + "    assert tensor.is_contiguous()\n"  # 13
+        + "AssertionError\n"  # 14: valid
+        + "y\n" * 10
+        + '  File "c.py", line 55, in _is_cuda_contiguous\n'  # 25
+        + "AssertionError\n"  # 26: suppressed by the `not` line below
+        + "handled by retry wrapper\n"
+    )
+    a = _run(compiled, log)
+    assert a.root_cause is not None
+    assert (a.root_cause.count, a.root_cause.first_line, a.root_cause.last_line) == (1, 14, 14)
+
+
+def test_pathological_pattern_times_out_with_a_warning(tmp_path: Path) -> None:
+    rule = """
+    id: slow-rule
+    version: 1
+    status: experimental
+    failure_class: unknown
+    severity: error
+    title: A catastrophically backtracking pattern
+    match:
+      any: ['(a|aa)+c']
+    explanation: Only here to prove a bad pattern cannot hang a scan.
+    remediation: Rewrite the pattern.
+    """
+    lib = load_library(make_rules_dir(tmp_path, {"misc/slow-rule.yaml": rule}))
+    compiled = CompiledLibrary(lib, engine="regex")
+    log = tmp_path / "p.log"
+    log.write_text("a" * 80 + "\nnormal line\n")
+    a = _run(compiled, log)
+    assert a.root_cause is None
+    assert any("timed out" in w for w in a.warnings)
+
+
+@pytest.mark.parametrize("engine", ["hyperscan", "regex"])
+def test_compiled_cache_is_reused(tmp_path: Path, engine: str) -> None:
+    lib = load_library(RULES)
+    CompiledLibrary(lib, engine=engine, cache_dir=tmp_path)
+    files = list(tmp_path.glob("hs-*.db"))
+    assert len(files) == (1 if engine == "hyperscan" else 0)
+    if files:
+        before = files[0].stat().st_mtime_ns
+        again = CompiledLibrary(lib, engine=engine, cache_dir=tmp_path)
+        assert files[0].stat().st_mtime_ns == before
+        assert again.engine == "hyperscan"
+
+
+def test_corrupt_cache_file_is_rebuilt(tmp_path: Path) -> None:
+    lib = load_library(RULES)
+    CompiledLibrary(lib, engine="hyperscan", cache_dir=tmp_path)
+    (cache,) = tmp_path.glob("hs-*.db")
+    cache.write_bytes(b"garbage")
+    c = CompiledLibrary(lib, engine="hyperscan", cache_dir=tmp_path)
+    log = tmp_path / "x.log"
+    log.write_text(OOM.format(n=3))
+    assert _run(c, log).root_cause is not None
