@@ -247,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--min-accuracy", type=float, help="exit 1 when top-1 accuracy is below this")
     common(e)
     e.set_defaults(func=cmd_eval)
+
+    from app.service_cli import register
+
+    register(sub)
     return p
 
 

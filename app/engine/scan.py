@@ -319,6 +319,10 @@ class _Scanner:
                 ctx = parse_context(text)
                 if ctx.rank is None:
                     ctx.rank = result.rank_hint
+            if ctx.rank is None and groups.get("rank", "").isdigit():
+                ctx.rank = int(groups["rank"])  # the message names the rank ("[Rank 3] ...")
+            if ctx.host is None and groups.get("host"):
+                ctx.host = groups["host"]
             acc = result.accs.get(pid)
             if acc is None:
                 acc = result.accs[pid] = PatternAcc()
