@@ -37,7 +37,8 @@ def _compiled(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     settings = get_settings()
     rules_dir = getattr(args, "rules", None) or settings.rules_dir
-    library = load_library(Path(rules_dir) if rules_dir else None)
+    cache_dir = settings.cache_dir or default_cache_dir()
+    library = load_library(Path(rules_dir) if rules_dir else None, cache_dir=cache_dir)
     extra = []
     n_extra = getattr(args, "extra_synthetic_rules", 0) or 0
     if n_extra:
@@ -45,9 +46,7 @@ def _compiled(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
         extra = synthetic_rules(n_extra)
     engine = getattr(args, "engine", None) or settings.engine
-    return CompiledLibrary(
-        library, engine=engine, cache_dir=settings.cache_dir or default_cache_dir(), extra_rules=extra
-    )
+    return CompiledLibrary(library, engine=engine, cache_dir=cache_dir, extra_rules=extra)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:

@@ -88,4 +88,4 @@ def to_ere(p: str) -> str:
 
 
 def to_grep_patterns(compiled: CompiledLibrary) -> list[str]:
-    return [to_ere(e.rx.pattern) for e in compiled.entries]
+    return [to_ere(e.text) for e in compiled.entries]

@@ -37,15 +37,25 @@ MAX_WARNINGS = 20
 EntryRole = Literal["any", "all", "not", "fact", "fw_detect", "fw_version"]
 
 
-@dataclass(frozen=True)
 class Entry:
-    role: EntryRole
-    owner: str  # rule id, fact name or framework name
-    rx: regex.Pattern[str]
+    """One pattern of the table. Its `regex` verifier is compiled on first use: most patterns
+    never hit, and compiling them all up front would dominate start-up time."""
+
+    __slots__ = ("_rx", "flags", "owner", "role", "single", "text")
+
+    def __init__(self, role: EntryRole, owner: str, text: str, flags: int) -> None:
+        self.role = role
+        self.owner = owner  # rule id, fact name or framework name
+        self.text = text
+        self.flags = flags
+        self.single = role in ("fact", "fw_detect", "fw_version")
+        self._rx: regex.Pattern[str] | None = None
 
     @property
-    def single(self) -> bool:
-        return self.role in ("fact", "fw_detect", "fw_version")
+    def rx(self) -> regex.Pattern[str]:
+        if self._rx is None:
+            self._rx = regex.compile(self.text, self.flags)
+        return self._rx
 
 
 class CompiledLibrary:
@@ -66,7 +76,7 @@ class CompiledLibrary:
 
         def add(role: EntryRole, owner: str, text: str, ignore_case: bool = False) -> None:
             flags = regex.IGNORECASE if ignore_case else 0
-            entries.append(Entry(role, owner, regex.compile(text, flags)))
+            entries.append(Entry(role, owner, text, flags))
             specs.append(PatternSpec(text, ignore_case, single=role in ("fact", "fw_detect", "fw_version")))
 
         self.rule_entries: dict[str, dict[str, list[int]]] = {}

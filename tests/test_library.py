@@ -1,0 +1,73 @@
+"""The rule schema and loader: errors name the file and the field; the cache never goes stale."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from app.engine.library import load_library
+from app.errors import RuleError
+from tests.conftest import make_rules_dir
+
+GOOD = """
+id: good-rule
+version: 1
+status: stable
+failure_class: host.disk_full
+severity: error
+title: No space left on device
+match:
+  any: ['No space left on device']
+explanation: The filesystem the job writes to is full.
+remediation: Free space or write elsewhere.
+"""
+
+
+@pytest.mark.parametrize(
+    ("mutation", "message"),
+    [
+        (("severity: error", "severity: fatal"), "severity"),
+        (("title:", "titel: x\ntitle:"), "titel"),  # unknown keys are rejected
+        (("failure_class: host.disk_full", "failure_class: host.disk_fulll"), "failure-classes.yaml"),
+        (("'No space left on device'", "'^No space left'"), "anchored"),
+        (("'No space left on device'", "'(unclosed'"), "invalid regex"),
+        (("version: 1", "version: 0"), "version"),
+        (("id: good-rule", "id: Bad_Rule"), "id"),
+        (("remediation: Free space or write elsewhere.", "remediation: 'Free {nope} space'"), "nope"),
+    ],
+)
+def test_schema_errors_name_file_and_field(tmp_path: Path, mutation: tuple[str, str], message: str) -> None:
+    root = make_rules_dir(tmp_path, {"host/good-rule.yaml": GOOD.replace(*mutation)})
+    with pytest.raises(RuleError) as info:
+        load_library(root)
+    assert "good-rule.yaml" in str(info.value)
+    assert message in str(info.value)
+
+
+def test_window_is_required_for_all_and_not(tmp_path: Path) -> None:
+    text = GOOD.replace("  any: ['No space left on device']", "  any: ['No space left']\n  all: ['Errno 28']")
+    with pytest.raises(RuleError, match="window"):
+        load_library(make_rules_dir(tmp_path, {"host/good-rule.yaml": text}))
+
+
+def test_duplicate_ids_are_rejected(tmp_path: Path) -> None:
+    root = make_rules_dir(tmp_path, {"host/good-rule.yaml": GOOD, "other/good-rule.yaml": GOOD})
+    with pytest.raises(RuleError, match="duplicate id"):
+        load_library(root)
+
+
+def test_library_cache_is_keyed_by_file_stats(tmp_path: Path) -> None:
+    root = make_rules_dir(tmp_path, {"host/good-rule.yaml": GOOD})
+    cache = tmp_path / "cache"
+    first = load_library(root, cache_dir=cache)
+    assert len(list(cache.glob("library-*.pickle"))) == 1
+    again = load_library(root, cache_dir=cache)
+    assert [r.rule.id for r in again.rules] == ["good-rule"]
+    rule_file = root / "host" / "good-rule.yaml"
+    rule_file.write_text(GOOD.replace("version: 1", "version: 2"))
+    st = rule_file.stat()
+    os.utime(rule_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    changed = load_library(root, cache_dir=cache)
+    assert changed.rules[0].rule.version == 2 and first.rules[0].rule.version == 1
