@@ -87,5 +87,7 @@ def to_ere(p: str) -> str:
     return "".join(out)
 
 
-def to_grep_patterns(compiled: CompiledLibrary) -> list[str]:
-    return [to_ere(e.text) for e in compiled.entries]
+def to_grep_patterns(compiled: CompiledLibrary, *, include_all: bool = False) -> list[str]:
+    """The rules' patterns (with `include_all`, also facts and framework detectors)."""
+    roles = ("any", "all", "not")
+    return [to_ere(e.text) for e in compiled.entries if include_all or e.role in roles]

