@@ -167,7 +167,7 @@ def cmd_rules_export(args: argparse.Namespace) -> int:
 
     compiled = _compiled(args)
     if args.format == "grep":
-        for pat in to_grep_patterns(compiled):
+        for pat in to_grep_patterns(compiled, include_all=args.all):
             print(pat)
     else:
         from app.engine.library import Rule
@@ -180,7 +180,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from app.engine.evaluation import evaluate_corpus, format_report
 
     compiled = _compiled(args)
-    report = evaluate_corpus(compiled, Path(args.corpus))
+    report = evaluate_corpus(compiled, Path(args.corpus), split=args.split)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
@@ -230,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     rli.add_argument("--costs", action="store_true", help="print each rule's scan cost")
     re_ = rsub.add_parser("export", help="export patterns (grep) or the rule JSON schema")
     re_.add_argument("--format", choices=["grep", "schema"], default="grep")
+    re_.add_argument("--all", action="store_true", help="also facts and framework detectors")
     for sp, fn in (
         (rl, cmd_rules_list),
         (rs, cmd_rules_show),
@@ -243,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="accuracy on the labelled corpus")
     e.add_argument("--corpus", default="tests/corpus", help="corpus directory with manifest.yaml")
     e.add_argument("--json", action="store_true")
+    e.add_argument("--split", help="only one part of the corpus (real, public)")
     e.add_argument("--min-accuracy", type=float, help="exit 1 when top-1 accuracy is below this")
     common(e)
     e.set_defaults(func=cmd_eval)

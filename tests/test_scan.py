@@ -153,20 +153,38 @@ def test_pathological_pattern_times_out_with_a_warning(tmp_path: Path) -> None:
 def test_compiled_cache_is_reused(tmp_path: Path, engine: str) -> None:
     lib = load_library(RULES)
     CompiledLibrary(lib, engine=engine, cache_dir=tmp_path)
-    files = list(tmp_path.glob("hs-*.db"))
-    assert len(files) == (1 if engine == "hyperscan" else 0)
+    files = sorted(tmp_path.glob("hs-*.db"))
+    # one database for the rules, one for the context patterns (facts, framework detectors)
+    assert len(files) == (2 if engine == "hyperscan" else 0)
     if files:
-        before = files[0].stat().st_mtime_ns
+        before = [f.stat().st_mtime_ns for f in files]
         again = CompiledLibrary(lib, engine=engine, cache_dir=tmp_path)
-        assert files[0].stat().st_mtime_ns == before
+        assert [f.stat().st_mtime_ns for f in files] == before
         assert again.engine == "hyperscan"
+
+
+def test_context_patterns_scan_head_and_tail_only(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    # Facts and framework banners are searched in the first and last CONTEXT_BYTES of a plain
+    # file; rules everywhere. Both engines follow the same policy (see the equality test).
+    from app.engine.scan import CONTEXT_BYTES
+
+    filler = ("x" * 99 + "\n") * ((CONTEXT_BYTES + (2 << 20)) // 100)
+    head = "  max_tokens_per_gpu .............................. 9216\n"
+    middle = "  tensor_model_parallel_size ...................... 4\n"
+    path = tmp_path / "ctx.log"
+    path.write_text(head + filler + middle + filler + OOM.format(n=1))
+    a = _run(compiled, path, jobs=1)
+    assert a.stats["facts"].get("max_tokens_per_gpu") == 9216
+    assert "tensor_model_parallel_size" not in a.stats["facts"]
+    assert a.root_cause is not None and a.root_cause.rule_id == "cuda-out-of-memory"
+    assert _summary(a) == _summary(_run(compiled, path, jobs=2))
 
 
 def test_corrupt_cache_file_is_rebuilt(tmp_path: Path) -> None:
     lib = load_library(RULES)
     CompiledLibrary(lib, engine="hyperscan", cache_dir=tmp_path)
-    (cache,) = tmp_path.glob("hs-*.db")
-    cache.write_bytes(b"garbage")
+    for cache in tmp_path.glob("hs-*.db"):
+        cache.write_bytes(b"garbage")
     c = CompiledLibrary(lib, engine="hyperscan", cache_dir=tmp_path)
     log = tmp_path / "x.log"
     log.write_text(OOM.format(n=3))

@@ -26,6 +26,7 @@ class Case:
     expected: str
     predicted: str
     source: str = ""
+    split: str = "real"
 
 
 @dataclass
@@ -53,42 +54,62 @@ class Report:
             out[cls] = {"precision": round(p, 3), "recall": round(r, 3), "support": tp[cls] + fn[cls]}
         return out
 
+    def by_split(self) -> dict[str, float]:
+        out = {}
+        for name in sorted({c.split for c in self.cases}):
+            cases = [c for c in self.cases if c.split == name]
+            out[name] = round(sum(c.expected == c.predicted for c in cases) / len(cases), 4)
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "cases": len(self.cases),
             "accuracy": round(self.accuracy, 4),
+            "accuracy_by_split": self.by_split(),
             "per_class": self.per_class(),
             "errors": [c.__dict__ for c in self.cases if c.expected != c.predicted],
         }
 
 
-def load_manifest(corpus: Path) -> list[dict[str, Any]]:
-    path = corpus / "manifest.yaml"
-    if not path.is_file():
-        raise InputError(f"{path}: no corpus manifest")
+def _read_manifest(path: Path) -> list[dict[str, Any]]:
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     entries = data.get("entries") or []
     for e in entries:
         if "file" not in e or "expected_class" not in e:
             raise InputError(f"{path}: every entry needs `file` and `expected_class` ({e})")
+        e["_base"] = path.parent
     return list(entries)
 
 
-def evaluate_corpus(compiled: CompiledLibrary, corpus: Path) -> Report:
+def load_manifest(corpus: Path) -> list[dict[str, Any]]:
+    """`manifest.yaml` at the top plus one per subdirectory (e.g. a held-out `public/` set)."""
+    paths = [corpus / "manifest.yaml", *sorted(corpus.glob("*/manifest.yaml"))]
+    paths = [p for p in paths if p.is_file()]
+    if not paths:
+        raise InputError(f"{corpus}: no corpus manifest")
+    return [e for p in paths for e in _read_manifest(p)]
+
+
+def evaluate_corpus(compiled: CompiledLibrary, corpus: Path, *, split: str | None = None) -> Report:
     report = Report()
     for e in load_manifest(corpus):
+        base: Path = e["_base"]
+        name = "real" if base == corpus else base.name
+        if split and name != split:
+            continue
         files = e["file"] if isinstance(e["file"], list) else [e["file"]]
-        sources, _ = collect_sources([str(corpus / f) for f in files])
-        a = triage(
-            sources=sources, compiled=compiled, options=TriageOptions(jobs=1, exit_code=e.get("exit_code"))
-        )
+        sources, _ = collect_sources([str(base / f) for f in files])
+        opts = TriageOptions(jobs=1, exit_code=e.get("exit_code"))
+        a = triage(sources=sources, compiled=compiled, options=opts)
         predicted = a.root_cause.failure_class if a.root_cause else "unknown"
-        report.cases.append(Case(", ".join(files), e["expected_class"], predicted, e.get("source", "")))
+        label = ", ".join(str((base / f).relative_to(corpus)) for f in files)
+        report.cases.append(Case(label, e["expected_class"], predicted, e.get("source", ""), name))
     return report
 
 
 def format_report(r: Report) -> str:
-    lines = [f"corpus: {len(r.cases)} logs, top-1 accuracy {r.accuracy:.1%}", ""]
+    splits = ", ".join(f"{k} {v:.1%}" for k, v in r.by_split().items())
+    lines = [f"corpus: {len(r.cases)} logs, top-1 accuracy {r.accuracy:.1%} ({splits})", ""]
     lines.append(f"{'class':36} {'precision':>9} {'recall':>7} {'n':>4}")
     for cls, m in r.per_class().items():
         lines.append(f"{cls:36} {m['precision']:9.2f} {m['recall']:7.2f} {int(m['support']):4d}")

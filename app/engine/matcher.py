@@ -50,9 +50,12 @@ def hyperscan_available() -> bool:
 class HyperscanMatcher:
     name = "hyperscan"
 
-    def __init__(self, patterns: Sequence[PatternSpec], *, cache_dir: Path | None = None) -> None:
+    def __init__(
+        self, patterns: Sequence[PatternSpec], *, cache_dir: Path | None = None, id_offset: int = 0
+    ) -> None:
         import hyperscan as hs
 
+        self._offset = id_offset
         self._hs = hs
         key = hashlib.sha256(
             repr(
@@ -90,7 +93,7 @@ class HyperscanMatcher:
         db = hs.Database(mode=hs.HS_MODE_BLOCK)
         db.compile(
             expressions=[p.text.encode() for p in patterns],
-            ids=list(range(len(patterns))),
+            ids=list(range(self._offset, self._offset + len(patterns))),
             elements=len(patterns),
             flags=flags,
         )
@@ -120,7 +123,8 @@ class RegexMatcher:
 
     name = "regex"
 
-    def __init__(self, patterns: Sequence[PatternSpec]) -> None:
+    def __init__(self, patterns: Sequence[PatternSpec], *, id_offset: int = 0) -> None:
+        self._offset = id_offset
         self._compiled = [regex.compile(p.text, regex.IGNORECASE if p.ignore_case else 0) for p in patterns]
 
     def scan(self, chunk: memoryview, out: list[tuple[int, int]]) -> None:
@@ -136,17 +140,22 @@ class RegexMatcher:
                 for i, rx in enumerate(self._compiled):
                     try:
                         if rx.search(segment, timeout=0.25):
-                            out.append((i, end))
+                            out.append((i + self._offset, end))
                     except TimeoutError:
-                        out.append((i, end))  # let the verifier decide and report it
+                        out.append((i + self._offset, end))  # let the verifier decide
             start = end + 1
 
 
 def build_matcher(
-    patterns: Sequence[PatternSpec], *, engine: str = "auto", cache_dir: Path | None = None
+    patterns: Sequence[PatternSpec],
+    *,
+    engine: str = "auto",
+    cache_dir: Path | None = None,
+    id_offset: int = 0,
 ) -> Matcher:
+    """Pattern i reports as id ``id_offset + i`` (two matchers can share one entry table)."""
     if engine not in {"auto", "hyperscan", "regex"}:
         raise ValueError(f"unknown engine {engine!r}")
     if engine == "regex" or (engine == "auto" and not hyperscan_available()):
-        return RegexMatcher(patterns)
-    return HyperscanMatcher(patterns, cache_dir=cache_dir)
+        return RegexMatcher(patterns, id_offset=id_offset)
+    return HyperscanMatcher(patterns, cache_dir=cache_dir, id_offset=id_offset)

@@ -98,7 +98,16 @@ class CompiledLibrary:
             for text in fw.version:
                 add("fw_version", fw.name, text)
         self.entries = entries
-        self.matcher: Matcher = build_matcher(specs, engine=engine, cache_dir=cache_dir)
+        # Rules scan every byte. Facts and framework detectors form a second, "context" matcher
+        # that scans only the head and tail of a plain file (see CONTEXT_BYTES): their patterns
+        # (path fragments, argument dumps) hit on every chunk and would halve the throughput.
+        n_rules = sum(1 for e in entries if e.role in ("any", "all", "not"))
+        self.matcher: Matcher = build_matcher(specs[:n_rules], engine=engine, cache_dir=cache_dir)
+        self.context_matcher: Matcher | None = (
+            build_matcher(specs[n_rules:], engine=engine, cache_dir=cache_dir, id_offset=n_rules)
+            if len(specs) > n_rules
+            else None
+        )
 
     @property
     def engine(self) -> str:
@@ -196,11 +205,23 @@ class _Scanner:
         self.result = result
         self.hits: list[tuple[int, int]] = []
 
-    def run(self, reader: Readable, *, limit: int | None = None) -> None:
+    def run(
+        self,
+        reader: Readable,
+        *,
+        limit: int | None = None,
+        start: int = 0,
+        context: tuple[int, int] | None = None,
+    ) -> None:
+        """Scan a stream whose first byte is at file offset `start`. `context` = (head_end,
+        tail_start): the context matcher runs on chunks that overlap [0, head_end) or
+        [tail_start, EOF); None runs it everywhere (streams of unknown size)."""
         buf = bytearray(CHUNK)
         view = memoryview(buf)
         matcher = self.compiled.matcher
+        ctx_matcher = self.compiled.context_matcher
         hits = self.hits
+        offset = start
         carry = 0
         line_base = 0
         remaining = limit
@@ -238,6 +259,11 @@ class _Scanner:
             chunk = view[:cut]
             hits.clear()
             matcher.scan(chunk, hits)
+            if ctx_matcher is not None and (
+                context is None or offset < context[0] or offset + cut > context[1]
+            ):
+                ctx_matcher.scan(chunk, hits)
+            offset += cut
             if hits:
                 self._verify(buf, cut, line_base)
             if count_lines is None:
@@ -375,11 +401,21 @@ class _RangeReader:
         self._fh.close()
 
 
+CONTEXT_BYTES = 32 << 20  # head and tail of a plain file searched for facts and frameworks
+
+
+def context_zone(size: int) -> tuple[int, int]:
+    return CONTEXT_BYTES, max(CONTEXT_BYTES, size - CONTEXT_BYTES)
+
+
 def scan_source(compiled: CompiledLibrary, src: Source, *, budget: ByteBudget) -> FileScan:
     result = FileScan(name=src.name, rank_hint=src.rank_hint)
     opened = open_source(src, budget=budget)
+    context = None
+    if opened.compression is None and src.path is not None:
+        context = context_zone(os.stat(src.path).st_size)
     try:
-        _Scanner(compiled, result).run(opened.reader)
+        _Scanner(compiled, result).run(opened.reader, context=context)
     finally:
         opened.close()
     return result
@@ -405,7 +441,8 @@ def scan_range(compiled: CompiledLibrary, src: Source, start: int, end: int) -> 
     result = FileScan(name=src.name, rank_hint=src.rank_hint)
     reader = _RangeReader(src.path, start, end)
     try:
-        _Scanner(compiled, result).run(reader, limit=end - start)
+        context = context_zone(os.stat(src.path).st_size)
+        _Scanner(compiled, result).run(reader, limit=end - start, start=start, context=context)
     finally:
         reader.close()
     return result
