@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,25 @@ def test_context_patterns_scan_head_and_tail_only(compiled: CompiledLibrary, tmp
     assert "tensor_model_parallel_size" not in a.stats["facts"]
     assert a.root_cause is not None and a.root_cause.rule_id == "cuda-out-of-memory"
     assert _summary(a) == _summary(_run(compiled, path, jobs=2))
+
+
+def test_cache_survives_a_library_that_shifts_pattern_ids(tmp_path: Path) -> None:
+    # The context database's pattern ids start after the rules' patterns; adding a rule shifts
+    # them, so a cached database compiled for the old offset must not be reused.
+    oom = (RULES / "cuda/cuda-out-of-memory.yaml").read_text()
+    extra = WINDOW_RULE.replace("id: pp-contiguous", "id: pp-contiguous")
+    log = tmp_path / "f.log"
+    log.write_text("  max_tokens_per_gpu .............................. 9216\n" + OOM.format(n=1))
+    cache = tmp_path / "cache"
+    for name, rules in (
+        ("a", {"cuda/cuda-out-of-memory.yaml": oom}),
+        ("b", {"cuda/cuda-out-of-memory.yaml": oom, "megatron/pp-contiguous.yaml": extra}),
+    ):
+        (tmp_path / name).mkdir()
+        root = make_rules_dir(tmp_path / name, rules)
+        shutil.copy(RULES / "facts.yaml", root / "facts.yaml")
+        compiled = CompiledLibrary(load_library(root), engine="hyperscan", cache_dir=cache)
+        assert _run(compiled, log).stats["facts"] == {"max_tokens_per_gpu": 9216}, name
 
 
 def test_corrupt_cache_file_is_rebuilt(tmp_path: Path) -> None:

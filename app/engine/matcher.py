@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import regex
 
-_HS_CACHE_FORMAT = "1"
+_HS_CACHE_FORMAT = "2"
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class HyperscanMatcher:
                 (
                     _HS_CACHE_FORMAT,
                     getattr(hs, "__version__", "?"),
+                    id_offset,  # the ids are compiled into the database
                     [(p.text, p.ignore_case, p.single) for p in patterns],
                 )
             ).encode()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,6 +223,9 @@ class _Scanner:
         ctx_matcher = self.compiled.context_matcher
         hits = self.hits
         offset = start
+        head_end, tail_start = context if context is not None else (CONTEXT_BYTES, 1 << 62)
+        tail: deque[tuple[bytes, int]] | None = deque() if context is None else None
+        tail_bytes = 0
         carry = 0
         line_base = 0
         remaining = limit
@@ -259,10 +263,15 @@ class _Scanner:
             chunk = view[:cut]
             hits.clear()
             matcher.scan(chunk, hits)
-            if ctx_matcher is not None and (
-                context is None or offset < context[0] or offset + cut > context[1]
-            ):
-                ctx_matcher.scan(chunk, hits)
+            if ctx_matcher is not None:
+                if offset < head_end or offset + cut > tail_start:
+                    ctx_matcher.scan(chunk, hits)
+                elif tail is not None:
+                    # size unknown (gzip, stdin): keep a copy of the last STREAM_TAIL_BYTES
+                    tail.append((bytes(chunk), line_base))
+                    tail_bytes += cut
+                    while tail_bytes - len(tail[0][0]) >= STREAM_TAIL_BYTES:
+                        tail_bytes -= len(tail.popleft()[0])
             offset += cut
             if hits:
                 self._verify(buf, cut, line_base)
@@ -277,8 +286,14 @@ class _Scanner:
             if eof:
                 break
         self.result.lines = line_base
+        if tail and ctx_matcher is not None:
+            for data, base in tail:
+                hits.clear()
+                ctx_matcher.scan(memoryview(data), hits)
+                if hits:
+                    self._verify(data, len(data), base)
 
-    def _verify(self, buf: bytearray, cut: int, line_base: int) -> None:
+    def _verify(self, buf: bytearray | bytes, cut: int, line_base: int) -> None:
         hits = self.hits
         hits.sort(key=lambda h: h[1])
         entries = self.compiled.entries
@@ -311,7 +326,7 @@ class _Scanner:
         return self.result.frameworks.get(entry.owner) is not None
 
     def _check_line(
-        self, buf: bytearray, ls: int, cut: int, index: int, line_hits: list[tuple[int, int]]
+        self, buf: bytearray | bytes, ls: int, cut: int, index: int, line_hits: list[tuple[int, int]]
     ) -> None:
         le = buf.find(b"\n", ls, cut)
         if le < 0:
@@ -402,6 +417,9 @@ class _RangeReader:
 
 
 CONTEXT_BYTES = 32 << 20  # head and tail of a plain file searched for facts and frameworks
+# Streams of unknown size keep a copy of their last bytes for that search: held in memory, so
+# smaller (final tracebacks, not argument dumps, are what sits at the end).
+STREAM_TAIL_BYTES = 8 << 20
 
 
 def context_zone(size: int) -> tuple[int, int]:
