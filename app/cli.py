@@ -176,6 +176,14 @@ def cmd_rules_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rules_catalog(args: argparse.Namespace) -> int:
+    from app.engine.catalog import render_catalog
+    from app.engine.library import load_library
+
+    sys.stdout.write(render_catalog(load_library(Path(args.rules) if args.rules else None)))
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from app.engine.evaluation import evaluate_corpus, format_report
 
@@ -218,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(a)
     a.set_defaults(func=cmd_analyze)
 
-    r = sub.add_parser("rules", help="the rule library: list, show, test, lint, export")
+    r = sub.add_parser("rules", help="the rule library: list, show, test, lint, export, catalog")
     rsub = r.add_subparsers(dest="rules_command", metavar="ACTION")
     rl = rsub.add_parser("list", help="list rules")
     rl.add_argument("--json", action="store_true")
@@ -228,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("-v", "--verbose", action="store_true")
     rli = rsub.add_parser("lint", help="validate rules, fixtures and scan cost")
     rli.add_argument("--costs", action="store_true", help="print each rule's scan cost")
+    rc = rsub.add_parser("catalog", help="the rule catalogue as markdown (docs/rule-catalog.md)")
     re_ = rsub.add_parser("export", help="export patterns (grep) or the rule JSON schema")
     re_.add_argument("--format", choices=["grep", "schema"], default="grep")
     re_.add_argument("--all", action="store_true", help="also facts and framework detectors")
@@ -237,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         (rt, cmd_rules_test),
         (rli, cmd_rules_lint),
         (re_, cmd_rules_export),
+        (rc, cmd_rules_catalog),
     ):
         common(sp)
         sp.set_defaults(func=fn)
