@@ -52,6 +52,9 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> CompiledLibrary:
         ),
         "misc/info.yaml": _rule("info", "unknown", "info", "NCCL version 2", 0.5),
         "job/job-exit-status-masked.yaml": (RULES / "job/job-exit-status-masked.yaml").read_text(),
+        "python/python-unhandled-exception.yaml": (
+            RULES / "python/python-unhandled-exception.yaml"
+        ).read_text(),
     }
     return CompiledLibrary(load_library(make_rules_dir(tmp, rules)), engine="hyperscan")
 
@@ -116,7 +119,10 @@ def test_unexplained_symptom_is_root_but_asks_for_all_ranks(
 
 def test_nothing_matched_means_no_guess(compiled: CompiledLibrary, tmp_path: Path) -> None:
     a = _triage(compiled, tmp_path, {"j.log": "Traceback (most recent call last):\nKeyError: 'prompt'\n"})
-    assert a.root_cause is None and a.findings == []
+    assert a.root_cause is None
+    assert [(f.failure_class, f.severity, f.role) for f in a.findings] == [
+        ("python.unhandled_exception", "info", "related")
+    ]
     assert len(a.next_steps) >= 3
 
 
@@ -128,3 +134,38 @@ def test_exit_code_zero_with_fatal_error_adds_masked_status(
     assert len(masked) == 1 and "PIPESTATUS" in masked[0].remediation
     b = _triage(compiled, tmp_path, {"k.log": "CUDA out of memory\n"}, exit_code=1)
     assert not [f for f in b.findings if f.failure_class == "job.exit_status_masked"]
+
+
+TRACEBACK = (
+    'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\nValueError: bad shape\n'
+)
+
+
+def test_unknown_traceback_at_the_end_with_exit_zero_is_a_masked_status(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    a = _triage(
+        compiled,
+        tmp_path,
+        {"j.log": "step 1\n" + TRACEBACK + "[job] training finished successfully\n"},
+        exit_code=0,
+    )
+    assert a.root_cause is not None and a.root_cause.failure_class == "job.exit_status_masked"
+    assert a.root_cause.evidence[0].text == "ValueError: bad shape"
+    exc = next(f for f in a.findings if f.failure_class == "python.unhandled_exception")
+    assert exc.role == "related" and exc.captures["exception"] == "ValueError"
+
+
+def test_traceback_alone_is_never_a_root_cause(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    a = _triage(compiled, tmp_path, {"j.log": TRACEBACK})
+    assert a.root_cause is None and a.findings[0].failure_class == "python.unhandled_exception"
+    b = _triage(compiled, tmp_path, {"k.log": TRACEBACK}, exit_code=1)
+    assert b.root_cause is None
+
+
+def test_handled_traceback_long_before_a_clean_end_is_not_masking(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    a = _triage(compiled, tmp_path, {"j.log": TRACEBACK + "step ok\n" * 500}, exit_code=0)
+    assert a.root_cause is None
+    assert not [f for f in a.findings if f.failure_class == "job.exit_status_masked"]

@@ -216,6 +216,39 @@ def _masked_exit_rule(library: Library) -> Rule | None:
     return None
 
 
+TAIL_LINES = 200  # an exception this close to the end of a log is what ended the job
+
+
+def _flag_masked_exit(ranked: list[Ranked], scans: list[FileScan], library: Library) -> None:
+    """Exit status 0, yet the log ends in a fatal error: the job's status is masked.
+
+    The fatal error is the root cause when a rule knows it; otherwise an unhandled traceback in
+    the last lines of a log. With no other root cause, the masked status itself is the root
+    cause: it is what the user must fix first so that failures stop looking green."""
+    rule = _masked_exit_rule(library)
+    if rule is None:
+        return
+    root = next((r for r in ranked if r.role == "root_cause"), None)
+    evidence_of: RuleMatch | None = None
+    if root is not None and root.match.rule.severity.weight >= Severity.error.weight:
+        evidence_of = root.match
+    else:
+        for r in ranked:
+            fi, line = r.match.last
+            if r.failure_class == "python.unhandled_exception" and scans[fi].lines - line <= TAIL_LINES:
+                evidence_of = r.match
+                break
+    if evidence_of is None:
+        return
+    masked = RuleMatch(rule=rule, count=1, first=evidence_of.first, last=evidence_of.last)
+    masked.evidence = evidence_of.evidence[-1:]
+    masked.files = evidence_of.files[-1:]
+    if root is None:
+        ranked.insert(0, Ranked(match=masked, role="root_cause", confidence=rule.confidence))
+    else:
+        ranked.append(Ranked(match=masked, role="related", confidence=rule.confidence))
+
+
 def triage(
     *,
     sources: list[Source],
@@ -238,18 +271,9 @@ def triage(
         for name, (value, _line) in s.facts.items():
             facts.setdefault(name, _typed_fact(value, fact_types.get(name, "str")))
 
-    masked = None
     ranked = rank(matches, library)
-    root = next((r for r in ranked if r.role == "root_cause"), None)
-    if (
-        opts.exit_code == 0
-        and root is not None
-        and root.match.rule.severity.weight >= Severity.error.weight
-        and (rule := _masked_exit_rule(library)) is not None
-    ):
-        masked = RuleMatch(rule=rule, count=1, first=root.match.first, last=root.match.last)
-        masked.evidence = root.match.evidence[-1:]
-        ranked.append(Ranked(match=masked, role="related", confidence=rule.confidence))
+    if opts.exit_code == 0:
+        _flag_masked_exit(ranked, scans, library)
 
     redactions: Counter[str] = Counter()
     problems: list[str] = []
