@@ -17,6 +17,10 @@ from app.engine.library import Library, Severity
 from app.engine.scan import RuleMatch
 
 
+# Catch-all classes (an unhandled traceback) that any known error of severity >= error explains.
+FALLBACK_CLASSES = {"python.unhandled_exception"}
+
+
 @dataclass
 class Ranked:
     match: RuleMatch
@@ -41,6 +45,8 @@ def rank(matches: list[RuleMatch], library: Library) -> list[Ranked]:
     for r in items:
         fc = library.classes.get(r.failure_class)
         r.explains = set(r.match.rule.explains) | set(fc.explains if fc else ())
+        if r.match.rule.severity.weight >= Severity.error.weight:
+            r.explains |= FALLBACK_CLASSES  # a known error explains the traceback it raised
         r.explains.discard(r.failure_class)
     items.sort(key=lambda r: _key(r, library))
 
@@ -69,7 +75,11 @@ def rank(matches: list[RuleMatch], library: Library) -> list[Ranked]:
                 parent = by_id[parent].explained_by
             if parent and by_id[parent] is root:
                 r.explained_by = root.match.rule.id
-        symptoms = [r for r in items if r.explained_by == root.match.rule.id]
+        symptoms = [
+            r
+            for r in items
+            if r.explained_by == root.match.rule.id and r.failure_class not in FALLBACK_CLASSES
+        ]
         conf = root.match.rule.confidence
         if symptoms:
             conf += 0.04  # the expected cascade is present: corroboration
