@@ -165,3 +165,27 @@ def test_unparseable_config_is_a_clear_error(tmp_path: Path) -> None:
         ConfigView.load(bad)
     with pytest.raises(ConfigFileError):
         ConfigView.load(tmp_path / "missing.yaml")
+
+
+def test_ray_job_scripts_get_env_in_runtime_env_not_export(tmp_path: Path) -> None:
+    cfg = tmp_path / "submit.sh"
+    cfg.write_text("ray job submit --address=http://127.0.0.1:8265 -- python3 train.py --lr 1e-6\n")
+    view = ConfigView.load(cfg)
+    patches, _ = compute_patches(
+        [_spec(target="env", path=["TORCHINDUCTOR_FORCE_DISABLE_CACHES"], value="1")],
+        scope=Scope(),
+        config=view,
+    )
+    diff = config_diff(view, patches)
+    assert diff is not None and "export" not in diff
+    assert (
+        """+ray job submit --runtime-env-json='{"env_vars": {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}}' --address"""
+        in diff
+    )
+    cfg.write_text(
+        """ray job submit --runtime-env-json='{"pip": ["x"], "env_vars": {"A": "1"}}' -- python3 t.py\n"""
+    )
+    view = ConfigView.load(cfg)
+    diff = config_diff(view, patches)
+    assert diff is not None
+    assert """{"pip": ["x"], "env_vars": {"A": "1", "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}}""" in diff

@@ -328,20 +328,48 @@ def _apply_yaml(config: ConfigView, patches: list[Patch]) -> str | None:
     return out.getvalue()
 
 
+_RAY_SUBMIT = regex.compile(r"ray\s+job\s+submit\b")
+_RUNTIME_ENV = regex.compile(r"--runtime-env-json[= ]+(?P<q>['\"])(?P<json>.*?)(?P=q)", regex.S)
+
+
 def _apply_script(config: ConfigView, patches: list[Patch]) -> str | None:
     text = config.text
     exports: list[str] = []
+    env: dict[str, str] = {}
     for p in patches:
         if p.target == "cli":
             text = _edit_flag(text, p)
+        elif p.target == "env" and p.op == "set":
+            env[p.path[-1]] = _scalar(p.value, dialect="env")
+            exports.append(p.rendered)
         elif p.target == "env":
             exports.append(p.rendered)
+    if env and _RAY_SUBMIT.search(text):
+        # An `export` in the submitting shell never reaches Ray's workers: use the job's
+        # runtime_env instead, merged into one the script already passes.
+        return _ray_runtime_env(text, env)
     if exports:
         lines = text.splitlines(keepends=True)
         at = 1 if lines and lines[0].startswith("#!") else 0
         lines[at:at] = [e + "\n" for e in exports]
         text = "".join(lines)
     return text
+
+
+def _ray_runtime_env(text: str, env: dict[str, str]) -> str:
+    m = _RUNTIME_ENV.search(text)
+    if m:
+        try:
+            current = json.loads(m.group("json"))
+        except ValueError:
+            current = None
+        if isinstance(current, dict):
+            current.setdefault("env_vars", {}).update(env)
+            return text[: m.start()] + f"--runtime-env-json='{json.dumps(current)}'" + text[m.end() :]
+    submit = _RAY_SUBMIT.search(text)
+    assert submit is not None
+    flag = f" --runtime-env-json='{json.dumps({'env_vars': env})}'"
+    return text[: submit.end()] + flag + text[submit.end() :]
 
 
 def _edit_flag(text: str, p: Patch) -> str:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from app.engine.library import Library, Severity
 from app.engine.scan import RuleMatch
 
-
 # Catch-all classes (an unhandled traceback) that any known error of severity >= error explains.
 FALLBACK_CLASSES = {"python.unhandled_exception"}
 
