@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Rule-count growth and start-up time of `logtriage analyze`.
+
+    python bench/engine_bench.py growth [--size 1G] [--runs 3]   # 73 / 200 / 1000 rules, one core
+    python bench/engine_bench.py startup [--runs 20]              # a one-line log, warm caches
+
+growth: the library plus synthetic rules (`--extra-synthetic-rules`, distinct literals that never
+match) brought to 200 and 1000 rules; reports the scan-only MB/s (`stats.scan_seconds` of the JSON
+report), the wall time, and each figure's ratio to the library's own. Target: within 2x at 1000.
+startup: median wall time of the whole command on a tiny log after one warm-up run (compiled
+library cached). Target: under 0.3 s. Results also go to bench/out/engine-<mode>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import scan_bench  # noqa: E402  (sibling module; bench/ is not a package)
+
+
+def _analyze(lt: list[str], path: Path, extra: int) -> tuple[float, dict[str, object]]:
+    cmd = [*lt, "analyze", str(path), "--jobs", "1", "--format", "json"]
+    if extra:
+        cmd += ["--extra-synthetic-rules", str(extra)]
+    t = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, check=True, text=True)
+    return time.perf_counter() - t, json.loads(out.stdout)
+
+
+def growth(lt: list[str], size: int, runs: int) -> dict[str, object]:
+    path = scan_bench.ensure_log(size, 0)
+    scan_bench.warm(path)
+    listing = subprocess.run([*lt, "rules", "list", "--json"], capture_output=True, check=True, text=True)
+    base = len(json.loads(listing.stdout))
+    rows = []
+    for total in (base, 200, 1000):
+        extra = max(0, total - base)
+        _analyze(lt, path, extra)  # compile and cache the database once
+        walls, scans, findings = [], [], None
+        for _ in range(runs):
+            wall, report = _analyze(lt, path, extra)
+            stats = report["stats"]
+            assert isinstance(stats, dict)
+            walls.append(wall)
+            scans.append(float(stats["scan_seconds"]))
+            findings = [f["rule_id"] for f in report["findings"]]  # type: ignore[index, union-attr]
+        rows.append(
+            {
+                "rules": base + extra,
+                "scan_s": statistics.median(scans),
+                "scan_mb_s": size / 1e6 / statistics.median(scans),
+                "wall_s": statistics.median(walls),
+                "findings": findings,
+            }
+        )
+    first = rows[0]
+    print(f"{'rules':>6} {'scan s':>8} {'scan MB/s':>10} {'wall s':>8} {'slowdown':>9}")
+    for r in rows:
+        r["slowdown"] = float(r["scan_s"]) / float(first["scan_s"])  # type: ignore[arg-type]
+        cells = f"{r['rules']:>6} {r['scan_s']:>8.2f} {r['scan_mb_s']:>10.0f} {r['wall_s']:>8.2f}"
+        print(f"{cells} {r['slowdown']:>8.2f}x")
+    same = all(r["findings"] == first["findings"] for r in rows)
+    print(f"findings identical at every scale: {same}")
+    return {"size": size, "rows": rows, "findings_identical": same}
+
+
+def startup(lt: list[str], runs: int) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "one.log"
+        log.write_text(
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. "
+            "GPU 0 has a total capacity of 80.00 GiB of which 0 bytes is free.\n"
+        )
+        _analyze(lt, log, 0)
+        walls = [_analyze(lt, log, 0)[0] for _ in range(runs)]
+    med = statistics.median(walls)
+    ms = f"median {med * 1000:.0f} ms, min {min(walls) * 1000:.0f} ms"
+    print(f"start-up (whole command, tiny log): {ms} over {runs} runs")
+    return {"median_s": med, "min_s": min(walls), "runs": runs}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("mode", choices=["growth", "startup"])
+    p.add_argument("--size", default="1G")
+    p.add_argument("--runs", type=int, default=0)
+    p.add_argument("--logtriage", help="command for the CLI")
+    args = p.parse_args()
+    lt = scan_bench.logtriage_command(args.logtriage)
+    if args.mode == "growth":
+        result = growth(lt, scan_bench.gen_log.parse_size(args.size), args.runs or 3)
+    else:
+        result = startup(lt, args.runs or 20)
+    scan_bench.OUT.mkdir(parents=True, exist_ok=True)
+    (scan_bench.OUT / f"engine-{args.mode}.json").write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
