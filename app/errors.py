@@ -73,3 +73,54 @@ class ForbiddenError(LogtriageError):
 
 class ValidationFailedError(LogtriageError):
     slug, title, http_status = "validation-failed", "Validation failed", 422
+
+
+class PayloadTooLargeError(InputTooLargeError):
+    """The request body itself is over the upload limit (before decompression)."""
+
+    slug, title, http_status = "payload-too-large", "Payload too large", 413
+
+
+class AnalysisNotReadyError(ConflictError):
+    """The analysis exists but has no result yet (still running) or failed."""
+
+    slug, title = "analysis-not-ready", "Analysis not ready"
+
+
+class IdempotencyKeyReusedError(LogtriageError):
+    """An ``Idempotency-Key`` was sent again with a different request body."""
+
+    slug, title, http_status = "idempotency-key-reused", "Idempotency key reused with another request", 422
+
+
+class RangeNotSatisfiableError(LogtriageError):
+    slug, title, http_status = "range-not-satisfiable", "Range not satisfiable", 416
+
+
+class ServiceUnavailableError(LogtriageError):
+    """A dependency (database, scan workers) is down; retry later."""
+
+    slug, title, http_status, exit_code = "service-unavailable", "Service unavailable", 503, 3
+
+
+class RemoteError(LogtriageError):
+    """The logtriage service answered with an error (or could not be reached) from `logtriage submit`."""
+
+    slug, title, http_status, exit_code = "remote-error", "logtriage service error", 502, 3
+
+
+class InternalError(LogtriageError):
+    """A bug: never raised on purpose for bad input. Logged with its traceback, shown without it."""
+
+    slug, title, http_status = "internal-error", "Internal server error", 500
+
+
+def all_errors() -> list[type[LogtriageError]]:
+    """Every error class in the tree (for the problem-type catalogue and the docs)."""
+    out: list[type[LogtriageError]] = []
+    todo: list[type[LogtriageError]] = [LogtriageError]
+    while todo:
+        cls = todo.pop(0)
+        out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out

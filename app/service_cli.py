@@ -1,9 +1,543 @@
-"""Service-side CLI commands (serve, submit, db, tokens, retriage): registered into `logtriage`."""
+"""Service-side CLI commands, registered into `logtriage`: serve, submit, db, tokens, retriage."""
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
+import os
+import socket
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.errors import UsageError
+
+if TYPE_CHECKING:
+    from app.db.session import Database
+    from app.settings import Settings
+
+SCOPES = ("ingest", "read", "admin")
+
+
+def _settings() -> Settings:
+    from app.settings import get_settings
+
+    return get_settings()
+
+
+def _database(settings: Settings) -> Database:
+    from app.db.session import Database
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return Database(settings.effective_database_url)
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _duration(text: str) -> dt.timedelta:
+    units = {"m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    t = text.strip().lower()
+    try:
+        return dt.timedelta(seconds=int(t[:-1]) * units[t[-1]])
+    except (KeyError, ValueError, IndexError):
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 12h, 7d, 4w, 1y)") from None
+
+
+def _when(text: str) -> dt.datetime:
+    from app.api.routes.common import parse_time
+    from app.errors import ValidationFailedError
+
+    try:
+        value = parse_time(text, name="time")
+    except ValidationFailedError as exc:
+        raise argparse.ArgumentTypeError(exc.detail) from None
+    assert value is not None
+    return value
+
+
+def _size(text: str) -> int:
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    num, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
+    try:
+        return int(float(num) * units[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 256M, 1G, 0)") from None
+
+
+# --- serve -------------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.api.deps import is_loopback
+    from app.db import repo
+    from app.db.migrate import current_revision, ensure_current
+    from app.pipeline import _alive, clean_stale_tmp
+    from app.settings import Settings
+
+    # flags become environment so every uvicorn worker process sees the same settings
+    for flag, env in (("host", "HOST"), ("port", "PORT"), ("workers", "WORKERS")):
+        value = getattr(args, flag)
+        if value is not None:
+            os.environ[f"LOGTRIAGE_{env}"] = str(value)
+    settings = Settings()
+    from app.engine.library import load_library
+
+    library = load_library(settings.rules_dir)  # a broken rule file stops here, with a clear error
+    db = _database(settings)
+    try:
+        ensure_current(db.engine, lock_dir=settings.data_dir)
+        revision = current_revision(db.engine)
+        host = socket.gethostname()
+        with db.write() as s:
+            runners = {
+                int(r.rsplit(":", 1)[1])
+                for r in s.scalars(_pending_runners(host))
+                if r and r.rsplit(":", 1)[-1].isdigit()
+            }
+            interrupted = repo.mark_interrupted(s, host=host, alive=[p for p in runners if _alive(p)])
+        with db.read() as s:
+            tokens = repo.any_active_token(s)
+    finally:
+        db.dispose()
+    clean_stale_tmp(settings.data_dir)
+    print(
+        f"logtriage: data in {settings.data_dir.resolve()} · database "
+        f"{_safe_url(settings.effective_database_url)} (schema {revision}) · rule library "
+        f"{library.version} ({len(library.rules)} rules)",
+        file=sys.stderr,
+    )
+    if interrupted:
+        print(
+            f"logtriage: {interrupted} analyses were interrupted by the last shutdown (marked failed)",
+            file=sys.stderr,
+        )
+    if not tokens and not settings.require_tokens and not is_loopback(settings.host):
+        print(
+            f"logtriage: note: bound to {settings.host}, but without a token only loopback clients get in",
+            file=sys.stderr,
+        )
+    shown = f"[{settings.host}]" if ":" in settings.host else settings.host
+    print(
+        f"logtriage: API on http://{shown}:{settings.port}/api/v1 · docs http://{shown}:{settings.port}/docs",
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        "app.api.main:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        log_level=settings.log_level,
+        proxy_headers=True,
+        timeout_graceful_shutdown=30,
+    )
+    return 0
+
+
+def _pending_runners(host: str) -> Any:
+    from sqlalchemy import select
+
+    from app.db.models import Analysis
+
+    return (
+        select(Analysis.runner)
+        .where(Analysis.status == "pending", Analysis.runner.like(f"{host}:%"))
+        .distinct()
+    )
+
+
+# --- db ----------------------------------------------------------------------------------------
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from app.db.migrate import current_revision, upgrade
+
+    settings = _settings()
+    db = _database(settings)
+    try:
+        before = current_revision(db.engine)
+        upgrade(db.engine, args.revision)
+        after = current_revision(db.engine)
+    finally:
+        db.dispose()
+    print(f"database {_safe_url(settings.effective_database_url)}: {before or 'empty'} -> {after}")
+    return 0
+
+
+def cmd_db_downgrade(args: argparse.Namespace) -> int:
+    from app.db.migrate import current_revision, downgrade
+
+    settings = _settings()
+    db = _database(settings)
+    try:
+        before = current_revision(db.engine)
+        downgrade(db.engine, args.revision)
+        after = current_revision(db.engine)
+    finally:
+        db.dispose()
+    print(f"database {_safe_url(settings.effective_database_url)}: {before or 'empty'} -> {after or 'empty'}")
+    return 0
+
+
+def cmd_db_current(_args: argparse.Namespace) -> int:
+    from app.db.migrate import current_revision, head_revision
+
+    settings = _settings()
+    db = _database(settings)
+    try:
+        current = current_revision(db.engine)
+    finally:
+        db.dispose()
+    head = head_revision()
+    state = "up to date" if current == head else f"behind: run `logtriage db upgrade` (head {head})"
+    print(f"{_safe_url(settings.effective_database_url)}: {current or 'empty'} ({state})")
+    return 0 if current == head else 1
+
+
+def cmd_db_gc(args: argparse.Namespace) -> int:
+    """Delete blobs nothing refers to (rows and files), and stale staging files."""
+    import time
+
+    from app.blobstore import blob_store_for
+    from app.db import repo
+    from app.pipeline import clean_stale_tmp
+
+    settings = _settings()
+    db = _database(settings)
+    store = blob_store_for(settings.data_dir)
+    try:
+        with db.read() as s:
+            unreferenced = repo.unreferenced_blobs(s)
+            known = repo.known_blobs(s)
+        cutoff = time.time() - 3600  # files younger than an hour may belong to a running analysis
+        orphans = [
+            sha
+            for sha in store.iter_blobs()
+            if sha not in known and store.path_of(sha).stat().st_mtime < cutoff
+        ]
+        if not args.dry_run:
+            with db.write() as s:
+                repo.delete_blob_rows(s, shas=unreferenced)
+            for sha in [*unreferenced, *orphans]:
+                store.delete(sha)
+            clean_stale_tmp(settings.data_dir)
+    finally:
+        db.dispose()
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"{verb} {len(unreferenced)} unreferenced blobs and {len(orphans)} orphan blob files")
+    return 0
+
+
+# --- tokens ------------------------------------------------------------------------------------
+
+
+def cmd_tokens_create(args: argparse.Namespace) -> int:
+    from app.db import repo
+    from app.db.migrate import ensure_current
+
+    settings = _settings()
+    db = _database(settings)
+    scopes = list(dict.fromkeys(args.scope or ["ingest"]))
+    expires = dt.datetime.now(dt.UTC) + args.expires_in if args.expires_in else None
+    try:
+        ensure_current(db.engine, lock_dir=settings.data_dir)
+        with db.write() as s:
+            row, secret = repo.create_token(s, name=args.name, scopes=scopes, expires_at=expires)
+            summary = f"token {row.name!r} (id {row.id}, scopes: {row.scopes})"
+    finally:
+        db.dispose()
+    if args.quiet:
+        print(secret)
+        return 0
+    print(secret)
+    print(
+        f"created {summary}{f', expires {expires:%Y-%m-%d}' if expires else ''}.\n"
+        "Store it now: only its hash is kept. Use it as `Authorization: Bearer <token>` "
+        "(or LOGTRIAGE_TOKEN for `logtriage submit`).",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_tokens_list(args: argparse.Namespace) -> int:
+    from app.db import repo
+    from app.db.migrate import ensure_current
+
+    settings = _settings()
+    db = _database(settings)
+    try:
+        ensure_current(db.engine, lock_dir=settings.data_dir)
+        with db.read() as s:
+            rows: list[dict[str, Any]] = [
+                {
+                    "id": t.id,
+                    "name": t.name,
+                    "prefix": t.prefix,
+                    "scopes": t.scopes.split(),
+                    "created_at": t.created_at.isoformat(),
+                    "last_used_at": t.last_used_at.isoformat() if t.last_used_at else None,
+                    "expires_at": t.expires_at.isoformat() if t.expires_at else None,
+                    "revoked_at": t.revoked_at.isoformat() if t.revoked_at else None,
+                }
+                for t in repo.list_tokens(s)
+            ]
+    finally:
+        db.dispose()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no tokens: the service runs open for loopback clients (`logtriage tokens create` to add one)")
+        return 0
+    for r in rows:
+        state = "revoked" if r["revoked_at"] else "active"
+        used = (r["last_used_at"] or "never")[:19]
+        print(
+            f"{r['id']:>4}  {r['name']:24} {r['prefix']}…  {' '.join(r['scopes']):18} {state:8} "
+            f"last used {used}"
+        )
+    return 0
+
+
+def cmd_tokens_revoke(args: argparse.Namespace) -> int:
+    from app.db import repo
+
+    settings = _settings()
+    db = _database(settings)
+    try:
+        with db.write() as s:
+            row = repo.revoke_token(s, name_or_id=args.token)
+            name = row.name
+    finally:
+        db.dispose()
+    print(f"revoked token {name!r}")
+    return 0
+
+
+# --- submit ------------------------------------------------------------------------------------
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from app.client import SubmitOptions, dump_json, format_result, submit
+    from app.errors import LogtriageError
+
+    settings = _settings()
+    url = args.url or settings.url
+    token = args.token or (settings.token.get_secret_value() if settings.token else None)
+    labels: dict[str, str] = {}
+    for pair in args.label or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--label {pair!r}: write labels as key=value")
+        labels[key] = value
+    try:
+        if not url:
+            raise UsageError("no service URL: pass --url or set LOGTRIAGE_URL")
+        opts = SubmitOptions(
+            url=url,
+            token=token,
+            job_id=args.job_id,
+            framework=args.framework,
+            exit_code=args.exit_code,
+            host=args.host,
+            labels=labels,
+            config=Path(args.config) if args.config else None,
+            max_bytes=args.max_bytes,
+            head_bytes=args.head_bytes,
+            retries=args.retries,
+            timeout=args.timeout,
+            wait=args.wait,
+        )
+        result = submit([Path(p) for p in args.files], opts)
+    except LogtriageError as exc:
+        print(
+            f"logtriage: submit failed: {exc.detail} (the job's own exit status is unaffected)",
+            file=sys.stderr,
+        )
+        return exc.exit_code if args.strict else 0
+    except Exception as exc:  # a hook must never crash the job's epilogue
+        print(f"logtriage: submit failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1 if args.strict else 0
+    sys.stdout.write(dump_json(result) if args.json else format_result(result))
+    return 0
+
+
+# --- retriage ----------------------------------------------------------------------------------
+
+
+def cmd_retriage(args: argparse.Namespace) -> int:
+    from app.db import repo
+    from app.db.migrate import ensure_current
+    from app.pipeline import init_local, retriage_local
+
+    settings = _settings()
+    if args.rules:
+        settings = settings.model_copy(update={"rules_dir": Path(args.rules)})
+    if args.engine:
+        settings = settings.model_copy(update={"engine": args.engine})
+    db = _database(settings)
+    try:
+        ensure_current(db.engine, lock_dir=settings.data_dir)
+        init_local(settings)
+        with db.read() as s:
+            ids = repo.retriage_candidates(
+                s, since=args.since, until=args.until, failure_class=args.failure_class, limit=args.limit
+            )
+        if not ids:
+            print("no analyses to re-triage in that window")
+            return 0
+        print(f"re-triaging {len(ids)} analyses{' (dry run)' if args.dry_run else ''}…", file=sys.stderr)
+        results = retriage_local(db=db, settings=settings, analysis_ids=ids, dry_run=args.dry_run)
+    finally:
+        db.dispose()
+    report = change_report(results, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps({"report": report, "analyses": [{"id": i, **c} for i, c in results]}, indent=2))
+    else:
+        print(report["text"])
+    return 0
+
+
+def change_report(results: list[tuple[str, dict[str, Any]]], *, dry_run: bool = False) -> dict[str, Any]:
+    moved: Counter[tuple[str, str]] = Counter()
+    changed_findings = 0
+    unchanged = 0
+    errors: list[str] = []
+    versions: Counter[tuple[str | None, str | None]] = Counter()
+    for aid, c in results:
+        if "error" in c:
+            errors.append(f"{aid}: {c['error']}")
+            continue
+        versions[(c["before"]["library_version"], c["after"]["library_version"])] += 1
+        if c["root_cause_changed"]:
+            moved[(c["before"]["failure_class"], c["after"]["failure_class"])] += 1
+        elif c["changed"]:
+            changed_findings += 1
+        else:
+            unchanged += 1
+    verb = "would move" if dry_run else "moved"
+    lines = []
+    for old, new in versions:
+        lines.append(f"rule library {old or '?'} -> {new or '?'}" if old != new else f"rule library {new}")
+    for (src, dst), n in sorted(moved.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"{n} {'analysis' if n == 1 else 'analyses'} {verb} from {src} to {dst}")
+    if changed_findings:
+        lines.append(f"{changed_findings} kept their root cause but gained or lost other findings")
+    lines.append(f"{unchanged} unchanged")
+    if errors:
+        lines.append(f"{len(errors)} could not be re-triaged:")
+        lines += [f"  {e}" for e in errors[:20]]
+    return {
+        "text": "\n".join(lines),
+        "moved": [{"from": s, "to": d, "count": n} for (s, d), n in moved.items()],
+        "findings_changed": changed_findings,
+        "unchanged": unchanged,
+        "errors": errors,
+    }
+
+
+# --- registration ------------------------------------------------------------------------------
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add the service commands to the `logtriage` parser (filled in by the [service] work)."""
+    """Add the service commands to the `logtriage` parser."""
+    s = sub.add_parser(
+        "serve",
+        help="run the web service (REST API) on SQLite, no configuration needed",
+        description="Migrate the database, then serve the API with uvicorn. Settings: LOGTRIAGE_* "
+        "environment variables (docs/service.md).",
+    )
+    s.add_argument("--host", help="interface to bind (default 127.0.0.1; LOGTRIAGE_HOST)")
+    s.add_argument("--port", type=int, help="TCP port (default 8000; LOGTRIAGE_PORT)")
+    s.add_argument("--workers", type=int, help="uvicorn worker processes (default 1; LOGTRIAGE_WORKERS)")
+    s.set_defaults(func=cmd_serve)
+
+    d = sub.add_parser("db", help="database schema: upgrade, downgrade, current, gc")
+    dsub = d.add_subparsers(dest="db_command", metavar="ACTION")
+    du = dsub.add_parser("upgrade", help="migrate to the latest schema (or --revision)")
+    du.add_argument("--revision", default="head")
+    du.set_defaults(func=cmd_db_upgrade)
+    dd = dsub.add_parser("downgrade", help="migrate down to REVISION (`base` = empty)")
+    dd.add_argument("revision")
+    dd.set_defaults(func=cmd_db_downgrade)
+    dc = dsub.add_parser("current", help="show the schema revision (exit 1 when behind)")
+    dc.set_defaults(func=cmd_db_current)
+    dg = dsub.add_parser("gc", help="delete stored blobs no analysis refers to")
+    dg.add_argument("--dry-run", action="store_true")
+    dg.set_defaults(func=cmd_db_gc)
+
+    t = sub.add_parser("tokens", help="API tokens: create, list, revoke")
+    tsub = t.add_subparsers(dest="tokens_command", metavar="ACTION")
+    tc = tsub.add_parser("create", help="create a token (printed once; only its hash is stored)")
+    tc.add_argument("--name", required=True, help="a name to recognise it by, e.g. slurm-epilog")
+    tc.add_argument(
+        "--scope",
+        action="append",
+        choices=SCOPES,
+        help="ingest (hooks), read, admin; repeat for several (default: ingest)",
+    )
+    tc.add_argument("--expires-in", type=_duration, help="e.g. 90d, 1y (default: never)")
+    tc.add_argument("-q", "--quiet", action="store_true", help="print only the token")
+    tc.set_defaults(func=cmd_tokens_create)
+    tl = tsub.add_parser("list", help="list tokens (never their secrets)")
+    tl.add_argument("--json", action="store_true")
+    tl.set_defaults(func=cmd_tokens_list)
+    tr = tsub.add_parser("revoke", help="revoke a token by name or id")
+    tr.add_argument("token")
+    tr.set_defaults(func=cmd_tokens_revoke)
+
+    sm = sub.add_parser(
+        "submit",
+        help="post logs to a logtriage service (from a failed job's hook); never fails the job",
+        description="Post logs (gzip, head+tail for huge files, retries) and print the root cause, the "
+        "fix and the report URL. Exits 0 even when the service cannot be reached (use --strict).",
+    )
+    sm.add_argument("files", nargs="+", metavar="FILE", help="log files (plain, gzip or zstd)")
+    sm.add_argument("--url", help="service base URL (LOGTRIAGE_URL)")
+    sm.add_argument("--token", help="API token with the ingest scope (LOGTRIAGE_TOKEN)")
+    sm.add_argument("--job-id")
+    sm.add_argument("--framework", help="the job's framework (overrides detection)")
+    sm.add_argument("--exit-code", type=int, help="the job's exit status (0 + fatal log = masked failure)")
+    sm.add_argument("--host", default=socket.gethostname(), help="host the job ran on (default: this host)")
+    sm.add_argument("--label", action="append", metavar="KEY=VALUE", help="free-form label; repeatable")
+    sm.add_argument("--config", help="the job's config (YAML or launch script): patches become a diff")
+    sm.add_argument(
+        "--max-bytes",
+        type=_size,
+        default=256 << 20,
+        help="per file: larger logs go as head + tail (default 256M)",
+    )
+    sm.add_argument("--head-bytes", type=_size, default=32 << 20, help="head kept of a cut log (default 32M)")
+    sm.add_argument("--retries", type=int, default=4, help="retries after the first attempt (default 4)")
+    sm.add_argument("--timeout", type=float, default=60.0, help="seconds per attempt (default 60)")
+    sm.add_argument(
+        "--wait", type=float, default=120.0, help="seconds to wait for a slow analysis (default 120)"
+    )
+    sm.add_argument("--json", action="store_true", help="print the analysis JSON")
+    sm.add_argument("--strict", action="store_true", help="exit non-zero when the submit fails")
+    sm.set_defaults(func=cmd_submit)
+
+    r = sub.add_parser(
+        "retriage",
+        help="re-run stored analyses with the current rule library and report what changed",
+    )
+    r.add_argument("--since", type=_when, required=True, help="ISO date/time or an age: 7d, 24h")
+    r.add_argument("--until", type=_when, help="ISO date/time or an age")
+    r.add_argument(
+        "--class", dest="failure_class", help="only analyses with this root-cause class (e.g. unknown)"
+    )
+    r.add_argument("--limit", type=int, help="at most this many analyses")
+    r.add_argument("--dry-run", action="store_true", help="report the changes without storing them")
+    r.add_argument("--json", action="store_true")
+    r.add_argument("--rules", help="rule library directory (default: LOGTRIAGE_RULES_DIR or bundled)")
+    r.add_argument("--engine", choices=["auto", "hyperscan", "regex"])
+    r.set_defaults(func=cmd_retriage)

@@ -1,18 +1,26 @@
-"""Settings from the environment (``LOGTRIAGE_*``), built by a factory, never at import time."""
+"""Settings from the environment (``LOGTRIAGE_*``), built by a factory, never at import time.
+
+The settings table in ``docs/service.md`` is generated from this class (``python -m app.settings``)
+and a test checks that the two agree, so the docs cannot drift.
+"""
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "LOGTRIAGE_"
 
 
 class Settings(BaseSettings):
-    """Every setting, its default and meaning; `docs/settings.md` is generated from this class."""
+    """Every setting, its default and meaning."""
 
-    model_config = SettingsConfigDict(env_prefix="LOGTRIAGE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     data_dir: Path = Field(default=Path("./data"), description="Database file (SQLite) and stored log blobs.")
     database_url: str | None = Field(
@@ -34,6 +42,60 @@ class Settings(BaseSettings):
     )
     scan_jobs: int = Field(default=0, description="Processes per scan (0 = one per core for large files).")
 
+    # --- service ------------------------------------------------------------------------------
+    host: str = Field(default="127.0.0.1", description="`logtriage serve`: interface to bind.")
+    port: int = Field(default=8000, ge=0, le=65535, description="`logtriage serve`: TCP port.")
+    workers: int = Field(default=1, ge=1, description="`logtriage serve`: uvicorn worker processes.")
+    analysis_workers: int = Field(
+        default=2,
+        ge=1,
+        description="Scan processes per server process (analyses run concurrently, off the event loop).",
+    )
+    max_upload_bytes: int = Field(
+        default=4 << 30,
+        ge=0,
+        description="Largest request body in bytes, as sent (compressed); larger uploads get 413 "
+        "(0 = no limit).",
+    )
+    sync_wait: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds `POST /api/v1/analyses` waits for the result before answering 202 + Location.",
+    )
+    public_url: str | None = Field(
+        default=None,
+        description="Base URL for links and permalinks, e.g. https://logtriage.example.com "
+        "(default: taken from the request).",
+    )
+    require_tokens: bool = Field(
+        default=False,
+        description="Refuse requests without a token even while no token exists (no open loopback mode; "
+        "set it behind a reverse proxy).",
+    )
+    auto_migrate: bool = Field(
+        default=True, description="Upgrade the database schema when the service starts."
+    )
+    recurrence_days: int = Field(
+        default=7, ge=1, description="Window for 'seen N times in D days' and for suspect hosts."
+    )
+    suspect_min_jobs: int = Field(
+        default=2,
+        ge=1,
+        description="A host is a suspect node when hardware-class failures hit it in this many jobs "
+        "within the recurrence window.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Server log level."
+    )
+
+    # --- `logtriage submit` (the client a failed job's hook runs) -----------------------------
+    url: str | None = Field(
+        default=None, description="`logtriage submit`: the service's base URL, e.g. http://127.0.0.1:8000."
+    )
+    token: SecretStr | None = Field(
+        default=None, description="`logtriage submit`: API token (scope `ingest`)."
+    )
+
     @property
     def effective_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'logtriage.db').resolve()}"
@@ -42,3 +104,27 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+def settings_table() -> str:
+    """The markdown table of every setting, as it appears in docs/service.md."""
+    rows = ["| Variable | Default | Meaning |", "|---|---|---|"]
+    for name, info in Settings.model_fields.items():
+        default = info.default
+        if default is None:
+            shown = "(unset)"
+        elif isinstance(default, Path):
+            shown = f"`{default if default.is_absolute() else './' + str(default)}`"
+        elif isinstance(default, bool):
+            shown = "`true`" if default else "`false`"
+        elif isinstance(default, int) and default >= 1 << 20 and default % (1 << 20) == 0:
+            shown = f"`{default}` ({default >> 30} GiB)" if default % (1 << 30) == 0 else f"`{default}`"
+        else:
+            shown = f"`{default}`"
+        desc = (info.description or "").replace("|", "\\|")
+        rows.append(f"| `{ENV_PREFIX}{name.upper()}` | {shown} | {desc} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # python -m app.settings: print the docs table
+    sys.stdout.write(settings_table())

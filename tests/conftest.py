@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.engine.ingest import collect_sources
@@ -13,6 +14,7 @@ from app.engine.models import Analysis
 from app.engine.patches import ConfigView
 from app.engine.scan import CompiledLibrary
 from app.engine.triage import TriageOptions, triage
+from tests.servicekit import LiveServer, PgSchemas, in_ci, live_server, make_settings, pg_reachable
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "rules"
@@ -83,3 +85,53 @@ def make_rules_dir(tmp: Path, rules: dict[str, str]) -> Path:
 
 def fixture_text(rel: str) -> str:
     return (RULES / rel).read_text()
+
+
+# --- service fixtures (database backends, live servers) ---------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_schemas() -> Iterator[PgSchemas]:
+    """Throw-away PostgreSQL schemas in database `test`; skipped only when the server is truly
+    unreachable outside CI (with CI=true an unreachable server fails the tests)."""
+    why = pg_reachable()
+    if why is not None:
+        if in_ci():
+            pytest.fail(f"PostgreSQL is required in CI but unreachable: {why}")
+        pytest.skip(f"PostgreSQL unreachable on 127.0.0.1:5432 ({why})")
+    schemas = PgSchemas()
+    try:
+        yield schemas
+    finally:
+        schemas.drop_all()
+
+
+@pytest.fixture(
+    scope="module",
+    params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
+)
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A fresh, empty database per test module, on each backend."""
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("sqlite") / "logtriage.db"
+        return f"sqlite:///{path}"
+    schemas: PgSchemas = request.getfixturevalue("pg_schemas")
+    return schemas.new()
+
+
+@pytest.fixture(scope="module")
+def service_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("service-data")
+
+
+@pytest.fixture(scope="module")
+def server(db_url: str, service_data_dir: Path) -> Iterator[LiveServer]:
+    """The service under uvicorn on 127.0.0.1 (open mode, no tokens) for a test module."""
+    with live_server(make_settings(service_data_dir, db_url)) as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server: LiveServer) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c

@@ -1,0 +1,24 @@
+"""What the app builds once in its lifespan and every request uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jinja2
+
+from app.blobstore import DirectoryBlobStore
+from app.db.session import Database
+from app.engine.library import Library
+from app.pipeline import AnalysisService, ScanPool
+from app.settings import Settings
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    db: Database
+    store: DirectoryBlobStore
+    library: Library
+    pool: ScanPool
+    service: AnalysisService
+    templates: jinja2.Environment

@@ -1,0 +1,137 @@
+"""Typed dependencies: the app context, DB sessions and the authenticated principal.
+
+Auth: ``Authorization: Bearer <token>`` (or HTTP Basic with the token as the password, so a
+browser can open a report permalink). Tokens carry scopes: ``ingest`` (hooks post logs and read
+what they posted), ``read``, ``admin`` (everything). While no token exists the service is open,
+for loopback clients only: a single user on their own machine.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPBasic, HTTPBasicCredentials, HTTPBearer
+from fastapi.security.http import HTTPAuthorizationCredentials
+from sqlalchemy.orm import Session
+
+from app.api.context import AppContext
+from app.db import repo
+from app.errors import AuthError, ForbiddenError
+
+ALL_SCOPES = frozenset(repo.SCOPES)
+
+bearer_scheme = HTTPBearer(auto_error=False, description="An API token from `logtriage tokens create`.")
+basic_scheme = HTTPBasic(auto_error=False, description="Any user name; the API token as the password.")
+
+
+def get_ctx(request: Request) -> AppContext:
+    ctx: AppContext = request.app.state.ctx
+    return ctx
+
+
+CtxDep = Annotated[AppContext, Depends(get_ctx)]
+
+
+def get_session(ctx: CtxDep) -> Iterator[Session]:
+    with ctx.db.read() as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+@dataclass(frozen=True)
+class Principal:
+    token_id: int | None
+    name: str
+    scopes: frozenset[str]
+    open_mode: bool = False
+
+    def allows(self, scope: str) -> bool:
+        return "admin" in self.scopes or scope in self.scopes
+
+    @property
+    def idempotency_scope(self) -> str:
+        return f"token:{self.token_id}" if self.token_id is not None else "open"
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _secret(bearer: HTTPAuthorizationCredentials | None, request: Request) -> str | None:
+    if bearer is not None and bearer.credentials:
+        return bearer.credentials
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "basic" and value:
+        try:
+            decoded = base64.b64decode(value.strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise AuthError("malformed Basic credentials") from None
+        _user, _, password = decoded.partition(":")
+        return password or None
+    if header and scheme.lower() not in ("bearer", "basic"):
+        raise AuthError(f"unsupported Authorization scheme {scheme!r}; use `Authorization: Bearer <token>`")
+    return None
+
+
+def authenticate(
+    request: Request,
+    ctx: CtxDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    _basic: Annotated[HTTPBasicCredentials | None, Depends(basic_scheme)],
+) -> Principal:
+    secret = _secret(bearer, request)
+    if secret:
+        with ctx.db.read() as s:
+            token = repo.token_for_secret(s, secret=secret)
+        if token is None:
+            raise AuthError("invalid, revoked or expired API token")
+        with ctx.db.write() as s:
+            repo.touch_token(s, token_id=token.id)
+        return Principal(token_id=token.id, name=token.name, scopes=token.scope_set)
+    if ctx.settings.require_tokens:
+        raise AuthError("this service requires an API token: send `Authorization: Bearer <token>`")
+    with ctx.db.read() as s:
+        tokens_exist = repo.any_active_token(s)
+    if tokens_exist:
+        raise AuthError("this service requires an API token: send `Authorization: Bearer <token>`")
+    client = request.client.host if request.client else None
+    if not is_loopback(client):
+        raise AuthError(
+            "no API token exists yet, so the service only serves loopback clients; create one on the "
+            "server with `logtriage tokens create --name NAME --scope ingest`"
+        )
+    return Principal(token_id=None, name="local user (open mode)", scopes=ALL_SCOPES, open_mode=True)
+
+
+PrincipalDep = Annotated[Principal, Depends(authenticate)]
+
+
+def require(scope: str) -> Callable[[Principal], Principal]:
+    def check(principal: PrincipalDep) -> Principal:
+        if not principal.allows(scope):
+            raise ForbiddenError(
+                f"token {principal.name!r} has scopes {' '.join(sorted(principal.scopes)) or 'none'}; "
+                f"this needs `{scope}`"
+            )
+        return principal
+
+    return check
+
+
+IngestDep = Annotated[Principal, Depends(require("ingest"))]
+ReadDep = Annotated[Principal, Depends(require("read"))]
+AdminDep = Annotated[Principal, Depends(require("admin"))]

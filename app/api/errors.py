@@ -1,0 +1,155 @@
+"""Every error as RFC 9457 ``application/problem+json``, from the one error tree (app/errors.py).
+
+FastAPI's own request validation errors become 422 ``validation-failed`` problems (with the
+offending fields under ``errors``), unknown routes 404 ``not-found``, and anything unexpected a
+500 ``internal-error`` whose detail never carries a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import AuthError, InternalError, LogtriageError, all_errors
+
+PROBLEM_JSON = "application/problem+json"
+log = logging.getLogger("logtriage.api")
+
+
+def problem_type(slug: str) -> str:
+    return f"/problems/{slug}"
+
+
+def problem_body(
+    *,
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    instance: str | None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": problem_type(slug), "title": title, "status": status, "detail": detail}
+    if instance:
+        body["instance"] = instance
+    if extra:
+        body.update(extra)
+    return body
+
+
+def problem_response(
+    request: Request,
+    *,
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    extra: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = problem_body(
+        status=status, slug=slug, title=title, detail=detail, instance=request.url.path, extra=extra
+    )
+    hdrs = dict(headers or {})
+    if status == 401:
+        hdrs.setdefault("WWW-Authenticate", 'Bearer realm="logtriage", Basic realm="logtriage"')
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=hdrs)
+
+
+def from_error(request: Request, exc: LogtriageError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return problem_response(
+        request, status=exc.http_status, slug=exc.slug, title=exc.title, detail=exc.detail, headers=headers
+    )
+
+
+def _slug(status: int) -> tuple[str, str]:
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Error"
+    return phrase.lower().replace(" ", "-"), phrase
+
+
+def _clean_loc(loc: tuple[Any, ...] | list[Any]) -> list[Any]:
+    return [p for p in loc if p not in ("body",)] or list(loc)
+
+
+def install(app: FastAPI) -> None:
+    async def on_logtriage(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, LogtriageError)
+        if exc.http_status >= 500:
+            log.error("%s: %s", type(exc).__name__, exc.detail)
+        return from_error(request, exc)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = [
+            {"loc": _clean_loc(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        detail = (
+            "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
+            or "invalid request"
+        )
+        return problem_response(
+            request,
+            status=422,
+            slug="validation-failed",
+            title="Validation failed",
+            detail=detail,
+            extra={"errors": errors},
+        )
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        status = exc.status_code
+        if status == 404:
+            slug, title = "not-found", "Not found"
+            detail = (
+                exc.detail
+                if isinstance(exc.detail, str) and exc.detail != "Not Found"
+                else f"no such resource: {request.method} {request.url.path} (the API is under /api/v1; "
+                "see /docs)"
+            )
+        elif status == 405:
+            slug, title = "method-not-allowed", "Method not allowed"
+            detail = f"{request.method} is not allowed on {request.url.path}"
+        else:
+            slug, title = _slug(status)
+            detail = exc.detail if isinstance(exc.detail, str) else title
+        headers = dict(exc.headers or {})
+        if status == 401:
+            return from_error(request, AuthError(detail), headers=headers)
+        return problem_response(
+            request, status=status, slug=slug, title=title, detail=detail, headers=headers
+        )
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        err = InternalError(f"unexpected {type(exc).__name__}; the server log has the details")
+        return from_error(request, err)
+
+    app.add_exception_handler(LogtriageError, on_logtriage)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+def problem_catalogue() -> list[dict[str, Any]]:
+    out = []
+    for klass in all_errors():
+        out.append(
+            {
+                "type": problem_type(klass.slug),
+                "title": klass.title,
+                "status": klass.http_status,
+                "description": " ".join((klass.__doc__ or "").split()),
+            }
+        )
+    return out

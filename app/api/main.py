@@ -1,0 +1,156 @@
+"""The FastAPI application factory: ``create_app()`` (uvicorn: ``app.api.main:create_app --factory``).
+
+Everything heavy (database engine, migrations, rule library, scan worker processes) is built in
+the lifespan, never at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import markupsafe
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, RedirectResponse
+
+from app import __version__
+from app.api import errors
+from app.api.context import AppContext
+from app.api.routes import analyses, health, rules, stats
+from app.blobstore import blob_store_for
+from app.db import repo
+from app.db.migrate import ensure_current
+from app.db.session import Database
+from app.engine.library import load_library
+from app.errors import NotFoundError
+from app.pipeline import AnalysisService, ScanPool
+from app.settings import Settings, get_settings
+
+log = logging.getLogger("logtriage")
+TEMPLATES = Path(__file__).resolve().parents[1] / "web" / "templates"
+DRAIN_SECONDS = 20.0
+
+DESCRIPTION = """
+Diagnose failed RL/LLM training jobs from their logs. A job's failure hook posts its log to
+`POST /api/v1/analyses`; the answer holds the root cause, the fix and a permalink.
+
+**Auth:** `Authorization: Bearer <token>` (tokens from `logtriage tokens create`, scopes `ingest`,
+`read`, `admin`). While no token exists the service is open to loopback clients only.
+
+**Errors** are RFC 9457 `application/problem+json` documents.
+"""
+
+
+def make_templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=jinja2.select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.ChainableUndefined,
+    )
+    env.filters["inline_md"] = inline_md
+    return env
+
+
+_CODE = re.compile(r"`([^`\n]+)`")
+_BOLD = re.compile(r"\*\*([^*\n]+)\*\*")
+
+
+def inline_md(text: str) -> markupsafe.Markup:
+    """Escape, then render `code` and **bold** (remediation texts are written in Markdown)."""
+    escaped = str(markupsafe.escape(text))
+    escaped = _CODE.sub(r"<code>\1</code>", escaped)
+    escaped = _BOLD.sub(r"<strong>\1</strong>", escaped)
+    return markupsafe.Markup(escaped)
+
+
+def open_mode_message(settings: Settings) -> str:
+    return (
+        "logtriage: no API token exists: the service runs OPEN (no authentication) for loopback "
+        f"clients only ({settings.host}). Create a token to serve other machines: "
+        "`logtriage tokens create --name hooks --scope ingest`"
+    )
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.effective_database_url)
+    try:
+        if settings.auto_migrate:
+            migrated = await asyncio.to_thread(ensure_current, db.engine, lock_dir=settings.data_dir)
+            if migrated:
+                log.info("database schema upgraded")
+        store = blob_store_for(settings.data_dir)
+        await asyncio.to_thread(store.check_writable)
+        library = await asyncio.to_thread(load_library, settings.rules_dir)
+        pool = ScanPool(settings)
+        service = AnalysisService(settings=settings, db=db, store=store, pool=pool)
+        app.state.ctx = AppContext(
+            settings=settings,
+            db=db,
+            store=store,
+            library=library,
+            pool=pool,
+            service=service,
+            templates=make_templates(),
+        )
+
+        def _tokens() -> bool:
+            with db.read() as s:
+                return repo.any_active_token(s)
+
+        if not settings.require_tokens and not await asyncio.to_thread(_tokens):
+            log.warning(open_mode_message(settings))
+        warm = asyncio.create_task(pool.warmup())
+        try:
+            yield
+        finally:
+            await service.drain(DRAIN_SECONDS)
+            warm.cancel()
+            await asyncio.to_thread(pool.shutdown)
+    finally:
+        db.dispose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    app = FastAPI(
+        title="logtriage",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url="/redoc",
+    )
+    app.state.settings = settings or get_settings()
+    errors.install(app)
+    app.include_router(analyses.router)
+    app.include_router(rules.router)
+    app.include_router(stats.router)
+    app.include_router(health.router)
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/docs")
+
+    @app.get("/problems/{slug}", include_in_schema=False)
+    def problem_doc(slug: str) -> JSONResponse:
+        for p in errors.problem_catalogue():
+            if p["type"] == errors.problem_type(slug):
+                return JSONResponse(p)
+        raise NotFoundError(f"no problem type {slug!r}")
+
+    @app.get("/problems", include_in_schema=False)
+    def problem_list() -> list[dict[str, Any]]:
+        return errors.problem_catalogue()
+
+    return app

@@ -1,0 +1,479 @@
+"""/api/v1/analyses: upload, read, list, reports, the stored log, feedback, re-triage."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+
+from app.api import present
+from app.api.context import AppContext
+from app.api.deps import AdminDep, CtxDep, IngestDep, PrincipalDep, ReadDep, SessionDep
+from app.api.routes.common import base_url, check_can_read, parse_time, problems
+from app.api.schemas import (
+    AnalysisPage,
+    AnalysisResource,
+    FeedbackIn,
+    FeedbackOut,
+    RetriageOut,
+    Source,
+    parse_labels,
+    validate_metadata,
+)
+from app.api.upload import receive
+from app.db import repo
+from app.engine.models import Analysis as AnalysisModel
+from app.errors import (
+    AnalysisNotReadyError,
+    NotFoundError,
+    RangeNotSatisfiableError,
+    ValidationFailedError,
+)
+from app.pipeline import ScanJob, remove_tree, spool_dir_for
+from app.render.markdown import render_markdown
+
+router = APIRouter(prefix="/api/v1", tags=["analyses"])
+
+MAX_PREFER_WAIT = 600.0
+_UPLOAD_SCHEMA: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "One log as the raw body (plain, or gzip/zstd with `Content-Encoding` or by magic "
+        "bytes), or multipart with several `log` files, an optional `config` and metadata fields.",
+        "content": {
+            "text/plain": {"schema": {"type": "string", "format": "binary"}},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["log"],
+                    "properties": {
+                        "log": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                        "config": {"type": "string", "format": "binary", "description": "job YAML or script"},
+                        "job_id": {"type": "string"},
+                        "framework": {"type": "string"},
+                        "exit_code": {"type": "integer"},
+                        "host": {"type": "string"},
+                        "label": {"type": "array", "items": {"type": "string"}, "description": "key=value"},
+                        "labels": {"type": "string", "description": "a JSON object of labels"},
+                        "source": {"type": "string", "enum": ["web", "api", "slack", "cli"]},
+                    },
+                }
+            },
+        },
+    }
+}
+
+
+def _prefer(header: str | None, default_wait: float) -> tuple[float, str | None]:
+    if not header:
+        return default_wait, None
+    wait = default_wait
+    applied = None
+    for token in header.split(","):
+        item = token.strip().lower()
+        if item == "respond-async":
+            return 0.0, "respond-async"
+        if item.startswith("wait="):
+            try:
+                wait = max(0.0, min(float(item[5:]), MAX_PREFER_WAIT))
+                applied = f"wait={item[5:]}"
+            except ValueError:
+                pass
+    return wait, applied
+
+
+def _load_resource(ctx: AppContext, analysis_id: str, base: str) -> dict[str, Any]:
+    with ctx.db.read() as s:
+        row = repo.get_analysis(s, analysis_id=analysis_id, full=True)
+        return present.resource(s, row=row, base=base, settings=ctx.settings)
+
+
+def _response(res: dict[str, Any], *, base: str, replayed: bool, applied: str | None) -> JSONResponse:
+    headers = {"Location": present.analysis_url(base, res["id"])}
+    status = {"done": 201, "pending": 202}.get(res["status"], 200)
+    if status == 202:
+        headers["Retry-After"] = "2"
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    if applied:
+        headers["Preference-Applied"] = applied
+    return JSONResponse(res, status_code=status, headers=headers)
+
+
+@router.post(
+    "/analyses",
+    status_code=201,
+    response_model=AnalysisResource,
+    summary="Analyse a log (hooks call this)",
+    responses={
+        202: {"description": "Accepted: still running; poll `Location`.", "model": AnalysisResource},
+        **problems(400, 401, 403, 409, 413, 415, 422, 503),
+    },
+    openapi_extra=_UPLOAD_SCHEMA,
+)
+async def create_analysis(
+    request: Request,
+    ctx: CtxDep,
+    principal: IngestDep,
+    job_id: Annotated[str | None, Query(max_length=256)] = None,
+    framework: Annotated[str | None, Query(description="overrides detection")] = None,
+    exit_code: Annotated[int | None, Query(description="the job's exit status")] = None,
+    host: Annotated[str | None, Query(max_length=255)] = None,
+    label: Annotated[list[str] | None, Query(description="key=value; repeat for more")] = None,
+    source: Annotated[Source, Query()] = "api",
+    filename: Annotated[str | None, Query(max_length=200, description="name of a raw-body log")] = None,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=255)] = None,
+    prefer: Annotated[
+        str | None, Header(description="`respond-async` (answer 202 at once) or `wait=N` seconds")
+    ] = None,
+) -> Response:
+    """Stream the upload to disk, then analyse it off the event loop.
+
+    `201` with the analysis when it finishes within `LOGTRIAGE_SYNC_WAIT` seconds, else `202`
+    with `Location` to poll. The same `Idempotency-Key` (per token) returns the first analysis.
+    """
+    settings = ctx.settings
+    spool = await asyncio.to_thread(spool_dir_for, settings.data_dir)
+    try:
+        upload = await receive(request, spool=spool, limit=settings.max_upload_bytes, raw_name=filename)
+        fields = upload.fields
+        data: dict[str, Any] = {
+            "job_id": job_id,
+            "framework": framework,
+            "exit_code": exit_code,
+            "host": host,
+            "source": source,
+        }
+        for name in ("job_id", "framework", "exit_code", "host", "source"):
+            if fields.get(name):
+                data[name] = fields[name][-1]
+        data["labels"] = parse_labels([*(label or []), *fields.get("label", [])], fields.get("labels"))
+        data = {k: v for k, v in data.items() if v is not None and v != ""}
+        meta = validate_metadata(data)
+    except BaseException:
+        remove_tree(spool)
+        raise
+    digest = hashlib.sha256(
+        json.dumps({"parts": upload.parts, "meta": meta.model_dump()}, sort_keys=True).encode()
+    ).hexdigest()
+    job = ScanJob(
+        files=tuple(upload.files), config=upload.config, framework=meta.framework, exit_code=meta.exit_code
+    )
+    started = await ctx.service.start(
+        job=job,
+        spool=spool,
+        meta=repo.JobMeta(
+            source=meta.source,
+            job_id=meta.job_id,
+            framework=meta.framework,
+            exit_code=meta.exit_code,
+            host=meta.host,
+            labels=meta.labels,
+        ),
+        token_id=principal.token_id,
+        idempotency_scope=principal.idempotency_scope,
+        idempotency_key=idempotency_key or None,
+        request_digest=digest,
+    )
+    wait, applied = _prefer(prefer, settings.sync_wait)
+    task = started.task
+    if task is not None:
+        if wait > 0 and not task.done():
+            await asyncio.wait({task}, timeout=wait)
+        if task.done():
+            exc = None if task.cancelled() else task.exception()
+            if task.cancelled() or exc is not None:
+                await ctx.service.discard(started.analysis_id)
+                raise exc or AnalysisNotReadyError("the analysis was cancelled (server shutting down)")
+    base = base_url(request, ctx)
+    res = await asyncio.to_thread(_load_resource, ctx, started.analysis_id, base)
+    return _response(res, base=base, replayed=started.replayed, applied=applied)
+
+
+@router.get(
+    "/analyses/{analysis_id}",
+    response_model=AnalysisResource,
+    summary="One analysis (JSON contract + id, metadata, links)",
+    responses=problems(401, 403, 404),
+)
+def get_analysis(
+    analysis_id: str, request: Request, ctx: CtxDep, session: SessionDep, principal: PrincipalDep
+) -> JSONResponse:
+    row = repo.get_analysis(session, analysis_id=analysis_id, full=True)
+    check_can_read(principal, row)
+    res = present.resource(session, row=row, base=base_url(request, ctx), settings=ctx.settings)
+    headers = {"Retry-After": "2"} if row.status == "pending" else {}
+    return JSONResponse(res, headers=headers)
+
+
+def _done_resource(
+    analysis_id: str, request: Request, ctx: AppContext, session: Any, principal: Any
+) -> dict[str, Any]:
+    row = repo.get_analysis(session, analysis_id=analysis_id, full=True)
+    check_can_read(principal, row)
+    if row.status != "done" or row.result is None:
+        why = (
+            "is still running; retry shortly"
+            if row.status == "pending"
+            else "failed: " + str((row.error or {}).get("detail", ""))
+        )
+        raise AnalysisNotReadyError(f"analysis {row.id} {why}")
+    return present.resource(session, row=row, base=base_url(request, ctx), settings=ctx.settings)
+
+
+@router.get(
+    "/analyses/{analysis_id}/report.md",
+    summary="The report as Markdown",
+    response_class=Response,
+    responses={200: {"content": {"text/markdown": {}}}, **problems(401, 403, 404, 409)},
+)
+def report_md(
+    analysis_id: str, request: Request, ctx: CtxDep, session: SessionDep, principal: PrincipalDep
+) -> Response:
+    res = _done_resource(analysis_id, request, ctx, session, principal)
+    text = render_markdown(AnalysisModel.model_validate(res)) + present.service_markdown(res)
+    return Response(text, media_type="text/markdown; charset=utf-8")
+
+
+@router.get(
+    "/analyses/{analysis_id}/report.html",
+    summary="The report as HTML (the permalink)",
+    response_class=HTMLResponse,
+    responses=problems(401, 403, 404, 409),
+)
+def report_html(
+    analysis_id: str, request: Request, ctx: CtxDep, session: SessionDep, principal: PrincipalDep
+) -> HTMLResponse:
+    res = _done_resource(analysis_id, request, ctx, session, principal)
+    rule_texts = {
+        rid: {"version": rv.version, "text": rv.text}
+        for rid, rv in repo.finding_rule_versions(session, analysis_id=res["id"]).items()
+    }
+    html = ctx.templates.get_template("report.html").render(
+        a=res, rule_texts=rule_texts, library=ctx.library, classes=ctx.library.classes
+    )
+    return HTMLResponse(html)
+
+
+def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """One `bytes=` range -> (start, end exclusive); None = whole file. Multi-ranges: whole file."""
+    if not header:
+        return None
+    unit, _, spec = header.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None
+    first, dash, last = spec.strip().partition("-")
+    if not dash:
+        return None
+    try:
+        if first == "":
+            n = int(last)
+            if n <= 0:
+                raise RangeNotSatisfiableError(f"empty suffix range {header!r}")
+            return max(0, size - n), size
+        start = int(first)
+        end = int(last) + 1 if last else size
+    except ValueError:
+        return None
+    if start >= size or end <= start:
+        raise RangeNotSatisfiableError(f"range {header!r} is outside the log ({size} bytes)")
+    return start, min(end, size)
+
+
+def _stream(ctx: AppContext, sha256: str, start: int, length: int) -> Iterator[bytes]:
+    with ctx.store.open(sha256) as fh:
+        skip = start
+        while skip > 0:
+            got = fh.read(min(skip, 1 << 20))
+            if not got:
+                return
+            skip -= len(got)
+        left = length
+        while left > 0:
+            chunk = fh.read(min(left, 1 << 20))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk
+
+
+@router.get(
+    "/analyses/{analysis_id}/log",
+    summary="The stored, redacted log (supports Range)",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/plain": {}}},
+        206: {"description": "Partial content"},
+        **problems(401, 403, 404, 416),
+    },
+)
+def get_log(
+    analysis_id: str,
+    ctx: CtxDep,
+    session: SessionDep,
+    principal: PrincipalDep,
+    file: Annotated[int, Query(ge=0, description="index of the file (see `files`)")] = 0,
+    range_: Annotated[str | None, Header(alias="Range")] = None,
+) -> Response:
+    row = repo.get_analysis(session, analysis_id=analysis_id, full=True)
+    check_can_read(principal, row)
+    if not row.files:
+        raise NotFoundError(f"analysis {row.id} has no stored log ({row.status})")
+    if file >= len(row.files):
+        raise NotFoundError(f"analysis {row.id} has {len(row.files)} file(s); no file={file}")
+    f = row.files[file]
+    size = f.size
+    headers = {
+        "Accept-Ranges": "bytes",
+        "ETag": f'"{f.blob_sha256}"',
+        "Content-Disposition": f'inline; filename="{f.name.replace(chr(34), "")}"',
+    }
+    try:
+        rng = _parse_range(range_, size)
+    except RangeNotSatisfiableError:
+        raise
+    if rng is None:
+        start, end, status = 0, size, 200
+    else:
+        start, end = rng
+        status = 206
+        headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+    headers["Content-Length"] = str(end - start)
+    return StreamingResponse(
+        _stream(ctx, f.blob_sha256, start, end - start),
+        status_code=status,
+        media_type="text/plain; charset=utf-8",
+        headers=headers,
+    )
+
+
+@router.get(
+    "/analyses",
+    response_model=AnalysisPage,
+    summary="List analyses (filters, cursor pagination, newest first)",
+    responses=problems(401, 403, 422),
+)
+def list_analyses(
+    request: Request,
+    ctx: CtxDep,
+    session: SessionDep,
+    _principal: ReadDep,
+    failure_class: Annotated[
+        str | None, Query(alias="class", description="root-cause class, or `unknown`")
+    ] = None,
+    kind: Annotated[str | None, Query(description="hardware, infra, config, code, numerics, unknown")] = None,
+    framework: str | None = None,
+    job_id: str | None = None,
+    host: Annotated[str | None, Query(description="reported host or a host named in a finding")] = None,
+    status: Annotated[str | None, Query(pattern="^(pending|done|failed)$")] = None,
+    source: Source | None = None,
+    rule_id: str | None = None,
+    fingerprint: str | None = None,
+    label: Annotated[list[str] | None, Query(description="key=value; all must match")] = None,
+    since: Annotated[str | None, Query(description="ISO 8601 or an age: 24h, 7d")] = None,
+    until: Annotated[str | None, Query(description="ISO 8601 or an age")] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: str | None = None,
+) -> JSONResponse:
+    filters = repo.AnalysisFilter(
+        failure_class=failure_class,
+        kind=kind,
+        framework=framework,
+        job_id=job_id,
+        host=host,
+        status=status,
+        source=source,
+        rule_id=rule_id,
+        fingerprint=fingerprint,
+        since=parse_time(since, name="since"),
+        until=parse_time(until, name="until"),
+        labels=parse_labels(label or []),
+    )
+    try:
+        rows, next_cursor = repo.list_analyses(session, filters=filters, limit=limit, cursor=cursor)
+    except Exception as exc:
+        from app.errors import UsageError
+
+        if isinstance(exc, UsageError):
+            raise ValidationFailedError(exc.detail) from None
+        raise
+    base = base_url(request, ctx)
+    next_url = None
+    if next_cursor:
+        next_url = str(request.url.include_query_params(cursor=next_cursor))
+        if ctx.settings.public_url:
+            next_url = base + next_url[len(str(request.base_url).rstrip("/")) :]
+    body = {
+        "items": [present.summary(r, base=base) for r in rows],
+        "next_cursor": next_cursor,
+        "links": {"next": next_url},
+    }
+    headers = {"Link": f'<{next_url}>; rel="next"'} if next_url else {}
+    return JSONResponse(body, headers=headers)
+
+
+@router.post(
+    "/analyses/{analysis_id}/feedback",
+    status_code=201,
+    response_model=FeedbackOut,
+    summary="Tell us whether the root cause was right",
+    responses=problems(401, 403, 404, 422),
+)
+def post_feedback(
+    analysis_id: str, body: FeedbackIn, request: Request, ctx: CtxDep, principal: ReadDep
+) -> JSONResponse:
+    if body.correct_class is not None:
+        if body.verdict == "correct":
+            raise ValidationFailedError(
+                "correct_class is for verdict `wrong` (the class it should have been)"
+            )
+        if body.correct_class not in ctx.library.classes:
+            raise ValidationFailedError(
+                f"correct_class {body.correct_class!r} is not a known failure class; GET /api/v1/library "
+                "lists them"
+            )
+    with ctx.db.write() as s:
+        row = repo.get_analysis(s, analysis_id=analysis_id)
+        fb = repo.add_feedback(
+            s,
+            analysis_id=row.id,
+            verdict=body.verdict,
+            correct_class=body.correct_class,
+            comment=body.comment,
+            token_id=principal.token_id,
+        )
+        out = present.feedback_dict(fb)
+    url = present.analysis_url(base_url(request, ctx), out["analysis_id"])
+    return JSONResponse(out, status_code=201, headers={"Location": url})
+
+
+def change_summary(changes: dict[str, Any]) -> str:
+    before, after = changes["before"], changes["after"]
+    if changes["root_cause_changed"]:
+        return f"moved from {before['failure_class']} to {after['failure_class']}"
+    extra = []
+    if changes["added_rules"]:
+        extra.append("new findings: " + ", ".join(changes["added_rules"]))
+    if changes["removed_rules"]:
+        extra.append("findings gone: " + ", ".join(changes["removed_rules"]))
+    text = f"root cause unchanged ({after['failure_class']})"
+    return text + ("; " + "; ".join(extra) if extra else "")
+
+
+@router.post(
+    "/analyses/{analysis_id}/retriage",
+    response_model=RetriageOut,
+    summary="Re-run with the current rule library and show what changed",
+    responses=problems(401, 403, 404, 409, 503),
+)
+async def retriage(analysis_id: str, request: Request, ctx: CtxDep, _principal: AdminDep) -> JSONResponse:
+    aid, changes = await ctx.service.retriage(analysis_id)
+    base = base_url(request, ctx)
+    res = await asyncio.to_thread(_load_resource, ctx, aid, base)
+    return JSONResponse({"summary": change_summary(changes), "changes": changes, "analysis": res})

@@ -1,0 +1,44 @@
+"""/api/v1/stats: what fails, how often, what recurs, which nodes to drain."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import CtxDep, ReadDep, SessionDep
+from app.api.routes.common import parse_time, problems
+from app.db import repo
+from app.errors import ValidationFailedError
+
+router = APIRouter(prefix="/api/v1", tags=["stats"])
+
+
+@router.get(
+    "/stats",
+    summary="Counts per class and per day, unknown rate, top recurring failures, suspect hosts",
+    responses=problems(401, 403, 422),
+)
+def get_stats(
+    ctx: CtxDep,
+    session: SessionDep,
+    _principal: ReadDep,
+    days: Annotated[int, Query(ge=1, le=3650, description="window ending now (ignored with since)")] = 30,
+    since: Annotated[str | None, Query(description="ISO 8601 or an age: 24h, 7d")] = None,
+    until: Annotated[str | None, Query(description="ISO 8601 or an age")] = None,
+    top: Annotated[int, Query(ge=1, le=100)] = 10,
+) -> dict[str, Any]:
+    now = dt.datetime.now(dt.UTC)
+    end = parse_time(until, name="until") or now
+    start = parse_time(since, name="since") or end - dt.timedelta(days=days)
+    if start >= end:
+        raise ValidationFailedError("since must be before until")
+    return repo.stats(
+        session,
+        since=start,
+        until=end,
+        recurrence_days=ctx.settings.recurrence_days,
+        suspect_min_jobs=ctx.settings.suspect_min_jobs,
+        top=top,
+    )

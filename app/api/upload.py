@@ -1,0 +1,387 @@
+"""Stream a request body to spool files in the data dir: never the whole body in memory.
+
+Two shapes are accepted on ``POST /api/v1/analyses``:
+
+- a raw body (``text/plain``, ``application/octet-stream``, ...; ``Content-Encoding: gzip|zstd``
+  or already-compressed bytes, detected by magic) holding one log;
+- ``multipart/form-data`` with one or more log file parts (``log``), an optional ``config``
+  part and metadata fields.
+
+Bytes are hashed while they are written (in a worker thread, 1 MiB at a time) and counted
+against the upload limit, which ends the request with 413 as soon as it is crossed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from fastapi import Request
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import ClientDisconnect
+
+from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
+from app.errors import (
+    InputError,
+    LogtriageError,
+    PayloadTooLargeError,
+    UnsupportedMediaError,
+    ValidationFailedError,
+)
+from app.pipeline import InputFile
+
+FLUSH_BYTES = 1 << 20
+RAW_TYPES = {
+    "",
+    "text/plain",
+    "text/x-log",
+    "application/octet-stream",
+    "application/gzip",
+    "application/x-gzip",
+    "application/zstd",
+    "application/x-zstd",
+    # what `curl --data-binary @job.log` sends when no Content-Type is given
+    "application/x-www-form-urlencoded",
+}
+ENCODINGS = {"", "identity", "gzip", "x-gzip", "zstd"}
+LOG_PARTS = {"log", "logs", "file", "files"}
+CONFIG_PART = "config"
+META_FIELDS = {"job_id", "framework", "exit_code", "host", "label", "labels", "source", "filename"}
+MAX_FILES = 64
+MAX_FIELDS = 64
+MAX_FIELD_BYTES = 64 << 10
+MAX_CONFIG_BYTES = 1 << 20
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def safe_name(raw: str | None, default: str) -> str:
+    """The base name of an uploaded file, without directories or control characters."""
+    if not raw:
+        return default
+    name = _UNSAFE.sub("", raw.replace("\\", "/").rsplit("/", 1)[-1]).strip()
+    if name in ("", ".", ".."):
+        return default
+    return name[:200]
+
+
+class _Budget:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, n: int) -> None:
+        self.used += n
+        if self.limit and self.used > self.limit:
+            raise PayloadTooLargeError(
+                f"request body over the upload limit of {human_bytes(self.limit)} "
+                "(LOGTRIAGE_MAX_UPLOAD_BYTES); compress the log (gzip/zstd) or send its tail"
+            )
+
+
+class _Sink:
+    """One spool file: buffered in memory up to 1 MiB, written and hashed in a thread."""
+
+    def __init__(self, path: Path, *, name: str, limit: int = 0) -> None:
+        self.path = path
+        self.name = name
+        self.limit = limit
+        self.size = 0
+        self.head = b""
+        self._buf = bytearray()
+        self._hash = hashlib.sha256()
+        self._fh: IO[bytes] | None = None
+
+    def feed(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.limit and self.size > self.limit:
+            raise PayloadTooLargeError(f"{self.name}: over {human_bytes(self.limit)}")
+        if len(self.head) < 8:
+            self.head = (self.head + data[:8])[:8]
+        self._buf += data
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)
+
+    def _write(self, data: bytes) -> None:
+        if self._fh is None:
+            self._fh = self.path.open("wb")
+        self._fh.write(data)
+        self._hash.update(data)
+
+    async def flush(self, *, force: bool = False) -> None:
+        if self._buf and (force or len(self._buf) >= FLUSH_BYTES):
+            data = bytes(self._buf)
+            self._buf.clear()
+            await asyncio.to_thread(self._write, data)
+
+    async def close(self) -> str:
+        await self.flush(force=True)
+
+        def _close() -> None:
+            if self._fh is None:
+                self._fh = self.path.open("wb")
+            self._fh.close()
+
+        await asyncio.to_thread(_close)
+        return self._hash.hexdigest()
+
+    def abort(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+
+
+@dataclass
+class Upload:
+    files: list[InputFile] = field(default_factory=list)
+    config: InputFile | None = None
+    fields: dict[str, list[str]] = field(default_factory=dict)
+    parts: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, name, sha256)
+    total_bytes: int = 0  # log bytes as sent
+
+
+def _media_type(request: Request) -> tuple[str, dict[bytes, bytes]]:
+    ctype, params = parse_options_header(request.headers.get("content-type", ""))
+    return ctype.decode("latin-1").lower(), params
+
+
+def _check_encoding(request: Request) -> str:
+    enc = request.headers.get("content-encoding", "").strip().lower()
+    if enc not in ENCODINGS:
+        raise UnsupportedMediaError(f"Content-Encoding {enc!r} is not supported; use gzip or zstd (or none)")
+    return "gzip" if enc == "x-gzip" else enc
+
+
+def check_declared_length(request: Request, limit: int) -> None:
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and limit and int(length) > limit:
+        raise PayloadTooLargeError(
+            f"request body of {human_bytes(int(length))} is over the upload limit of {human_bytes(limit)} "
+            "(LOGTRIAGE_MAX_UPLOAD_BYTES); compress the log (gzip/zstd) or send its tail"
+        )
+
+
+async def receive(request: Request, *, spool: Path, limit: int, raw_name: str | None) -> Upload:
+    """Spool the request body; raises LogtriageErrors (415, 413, 400, 422) on bad input."""
+    try:
+        return await _receive(request, spool=spool, limit=limit, raw_name=raw_name)
+    except ClientDisconnect:
+        raise InputError("the client disconnected before the upload was complete") from None
+
+
+async def _receive(request: Request, *, spool: Path, limit: int, raw_name: str | None) -> Upload:
+    check_declared_length(request, limit)
+    ctype, params = _media_type(request)
+    encoding = _check_encoding(request)
+    if ctype == "multipart/form-data":
+        if encoding not in ("", "identity"):
+            raise UnsupportedMediaError(
+                "a multipart body cannot carry Content-Encoding; compress each file instead"
+            )
+        return await _receive_multipart(request, spool=spool, limit=limit, params=params)
+    if ctype in RAW_TYPES or ctype.startswith("text/"):
+        return await _receive_raw(request, spool=spool, limit=limit, encoding=encoding, name=raw_name)
+    raise UnsupportedMediaError(
+        f"Content-Type {ctype!r} is not accepted; send the log as text/plain (optionally with "
+        "Content-Encoding: gzip or zstd) or as multipart/form-data with `log` file parts"
+    )
+
+
+async def _receive_raw(
+    request: Request, *, spool: Path, limit: int, encoding: str, name: str | None
+) -> Upload:
+    budget = _Budget(limit)
+    display = safe_name(name, "job.log")
+    sink = _Sink(spool / "in-0", name=display)
+    try:
+        async for chunk in request.stream():
+            if not chunk:
+                continue
+            budget.take(len(chunk))
+            sink.feed(chunk)
+            await sink.flush()
+        sha = await sink.close()
+    except BaseException:
+        sink.abort()
+        raise
+    if sink.size == 0:
+        raise InputError("empty request body: send the log as the body (or as a multipart `log` part)")
+    if encoding == "gzip" and not sink.head.startswith(GZIP_MAGIC):
+        raise InputError("Content-Encoding says gzip but the body is not gzip data")
+    if encoding == "zstd" and not sink.head.startswith(ZSTD_MAGIC):
+        raise InputError("Content-Encoding says zstd but the body is not zstd data")
+    up = Upload(total_bytes=sink.size)
+    up.files.append(InputFile(display, str(sink.path)))
+    up.parts.append(("log", display, sha))
+    return up
+
+
+class _MultipartState:
+    def __init__(self, spool: Path) -> None:
+        self.spool = spool
+        self.header_field = bytearray()
+        self.header_value = bytearray()
+        self.headers: dict[str, bytes] = {}
+        self.kind: str | None = None  # log | config | field
+        self.part_name = ""
+        self.sink: _Sink | None = None
+        self.field_buf = bytearray()
+        self.sinks: list[tuple[str, _Sink]] = []  # (kind, sink)
+        self.fields: dict[str, list[str]] = {}
+        self.n_fields = 0
+        self.ended = False
+        self.error: LogtriageError | None = None
+
+    def fail(self, exc: LogtriageError) -> None:
+        if self.error is None:
+            self.error = exc
+
+    def on_part_begin(self) -> None:
+        self.headers = {}
+        self.kind = None
+        self.sink = None
+        self.field_buf = bytearray()
+
+    def on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self.header_field += data[start:end]
+
+    def on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self.header_value += data[start:end]
+
+    def on_header_end(self) -> None:
+        self.headers[self.header_field.decode("latin-1").lower()] = bytes(self.header_value)
+        self.header_field = bytearray()
+        self.header_value = bytearray()
+
+    def on_headers_finished(self) -> None:
+        disp, opts = parse_options_header(self.headers.get("content-disposition", b""))
+        name = opts.get(b"name", b"").decode("utf-8", "replace")
+        filename = opts.get(b"filename")
+        fname = filename.decode("utf-8", "replace") if filename is not None else None
+        self.part_name = name
+        if disp != b"form-data" or not name:
+            self.fail(InputError("a multipart part has no `Content-Disposition: form-data; name=...`"))
+            self.kind = "skip"
+            return
+        if name in LOG_PARTS:
+            n_logs = sum(1 for k, _ in self.sinks if k == "log")
+            if n_logs >= MAX_FILES:
+                self.fail(ValidationFailedError(f"at most {MAX_FILES} log files per analysis"))
+                self.kind = "skip"
+                return
+            display = safe_name(fname, f"log{n_logs + 1}.log" if n_logs else "job.log")
+            self.sink = _Sink(self.spool / f"in-{len(self.sinks)}", name=display)
+            self.sinks.append(("log", self.sink))
+            self.kind = "log"
+        elif name == CONFIG_PART:
+            if any(k == "config" for k, _ in self.sinks):
+                self.fail(ValidationFailedError("at most one `config` part"))
+                self.kind = "skip"
+                return
+            self.sink = _Sink(
+                self.spool / f"in-{len(self.sinks)}", name=safe_name(fname, "config"), limit=MAX_CONFIG_BYTES
+            )
+            self.sinks.append(("config", self.sink))
+            self.kind = "config"
+        elif name in META_FIELDS and fname is None:
+            self.n_fields += 1
+            if self.n_fields > MAX_FIELDS:
+                self.fail(ValidationFailedError(f"at most {MAX_FIELDS} form fields"))
+                self.kind = "skip"
+                return
+            self.kind = "field"
+        else:
+            allowed = ", ".join(sorted(LOG_PARTS | {CONFIG_PART} | META_FIELDS))
+            self.fail(ValidationFailedError(f"unknown multipart part {name!r}; expected one of: {allowed}"))
+            self.kind = "skip"
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        if self.kind in ("log", "config") and self.sink is not None:
+            try:
+                self.sink.feed(data[start:end])
+            except LogtriageError as exc:
+                self.fail(exc)
+                self.kind = "skip"
+        elif self.kind == "field":
+            self.field_buf += data[start:end]
+            if len(self.field_buf) > MAX_FIELD_BYTES:
+                self.fail(
+                    ValidationFailedError(f"form field {self.part_name!r} over {MAX_FIELD_BYTES >> 10} KiB")
+                )
+                self.kind = "skip"
+
+    def on_part_end(self) -> None:
+        if self.kind == "field":
+            try:
+                value = self.field_buf.decode("utf-8")
+            except UnicodeDecodeError:
+                self.fail(ValidationFailedError(f"form field {self.part_name!r} is not UTF-8"))
+                return
+            self.fields.setdefault(self.part_name, []).append(value)
+
+    def on_end(self) -> None:
+        self.ended = True
+
+
+async def _receive_multipart(
+    request: Request, *, spool: Path, limit: int, params: dict[bytes, bytes]
+) -> Upload:
+    boundary = params.get(b"boundary")
+    if not boundary:
+        raise InputError("multipart/form-data without a boundary parameter")
+    st = _MultipartState(spool)
+    parser = MultipartParser(
+        boundary,
+        {
+            "on_part_begin": st.on_part_begin,
+            "on_part_data": st.on_part_data,
+            "on_part_end": st.on_part_end,
+            "on_header_field": st.on_header_field,
+            "on_header_value": st.on_header_value,
+            "on_header_end": st.on_header_end,
+            "on_headers_finished": st.on_headers_finished,
+            "on_end": st.on_end,
+        },
+    )
+    budget = _Budget(limit)
+    try:
+        async for chunk in request.stream():
+            if not chunk:
+                continue
+            budget.take(len(chunk))
+            try:
+                parser.write(chunk)
+            except LogtriageError:
+                raise
+            except Exception as exc:  # the parser's own errors: a malformed body
+                raise InputError(f"malformed multipart body ({exc})") from None
+            if st.error is not None:
+                raise st.error
+            for _kind, sink in st.sinks:
+                if sink.pending:
+                    await sink.flush(force=sink is not st.sink)
+        if not st.ended:
+            raise InputError("truncated multipart body (no closing boundary)")
+        up = Upload(fields=st.fields)
+        for kind, sink in st.sinks:
+            sha = await sink.close()
+            if kind == "log":
+                up.files.append(InputFile(sink.name, str(sink.path)))
+                up.total_bytes += sink.size
+            else:
+                up.config = InputFile(sink.name, str(sink.path))
+            up.parts.append((kind, sink.name, sha))
+    except BaseException:
+        for _k, sink in st.sinks:
+            sink.abort()
+        raise
+    if not up.files:
+        raise ValidationFailedError("no log in the multipart body: add at least one `log` file part")
+    if any(s.size == 0 for k, s in st.sinks if k == "log"):
+        empty = next(s.name for k, s in st.sinks if k == "log" and s.size == 0)
+        raise InputError(f"{empty}: the log is empty")
+    return up

@@ -1,0 +1,363 @@
+"""`logtriage submit`: what a failed job's hook runs to post its log to the service.
+
+- gzip on the fly (nothing is held in memory or written to disk);
+- logs over ``--max-bytes`` are sent as their head and tail with a marker line between;
+- retries with exponential backoff and jitter (connection errors, 408/429/5xx, honouring
+  ``Retry-After``) under one ``Idempotency-Key``, so a retry never makes a second analysis;
+- prints the root cause, the fix and the report URL;
+- never changes the job's exit status: errors are reported and `submit` exits 0 (``--strict``
+  makes it exit non-zero).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
+from app.errors import RemoteError, UsageError
+
+CHUNK = 1 << 20
+RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+@dataclass
+class SubmitOptions:
+    url: str
+    token: str | None = None
+    job_id: str | None = None
+    framework: str | None = None
+    exit_code: int | None = None
+    host: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    config: Path | None = None
+    source: str = "cli"
+    max_bytes: int = 256 << 20  # per file, uncompressed; larger logs go as head + tail
+    head_bytes: int = 32 << 20
+    retries: int = 4
+    timeout: float = 60.0  # per attempt (connect/read), seconds
+    wait: float = 120.0  # how long to poll an analysis still running
+    idempotency_key: str = field(default_factory=lambda: str(uuid.uuid4()))
+    backoff: float = 1.0  # first retry delay, seconds (doubles)
+
+
+@dataclass(frozen=True)
+class Segment:
+    path: Path
+    start: int
+    end: int
+
+
+def _compressor() -> Any:
+    try:
+        from isal import isal_zlib
+
+        return isal_zlib.compressobj(1, isal_zlib.DEFLATED, 31)
+    except ImportError:  # pragma: no cover - non-x86 platforms
+        import zlib
+
+        return zlib.compressobj(1, zlib.DEFLATED, 31)
+
+
+def _line_start_after(path: Path, offset: int) -> int:
+    """The first line start at or after `offset`."""
+    if offset <= 0:
+        return 0
+    with path.open("rb") as fh:
+        fh.seek(offset - 1)
+        if fh.read(1) == b"\n":
+            return offset
+        fh.readline()
+        return fh.tell()
+
+
+def plan(path: Path, *, max_bytes: int, head_bytes: int) -> tuple[list[Segment | bytes], bool]:
+    """What to send of one file: the whole file, or head + marker + tail. Returns (parts, cut)."""
+    size = path.stat().st_size
+    if max_bytes <= 0 or size <= max_bytes or _compressed(path):
+        return [Segment(path, 0, size)], False
+    head = min(head_bytes, max_bytes // 2)
+    head_end = _line_start_after(path, head)
+    tail_start = _line_start_after(path, max(head_end, size - (max_bytes - head)))
+    omitted = tail_start - head_end
+    marker = (
+        f"\n[logtriage submit: {omitted} bytes ({human_bytes(omitted)}) of {path.name} omitted here; "
+        f"sent the first {human_bytes(head_end)} and the last {human_bytes(size - tail_start)}]\n"
+    ).encode()
+    return [Segment(path, 0, head_end), marker, Segment(path, tail_start, size)], True
+
+
+def _compressed(path: Path) -> bool:
+    with path.open("rb") as fh:
+        head = fh.read(4)
+    return head.startswith(GZIP_MAGIC) or head.startswith(ZSTD_MAGIC)
+
+
+def _raw_chunks(parts: list[Segment | bytes]) -> Iterator[bytes]:
+    for part in parts:
+        if isinstance(part, bytes):
+            yield part
+            continue
+        with part.path.open("rb") as fh:
+            fh.seek(part.start)
+            left = part.end - part.start
+            while left > 0:
+                data = fh.read(min(CHUNK, left))
+                if not data:
+                    break
+                left -= len(data)
+                yield data
+
+
+def gzip_chunks(parts: list[Segment | bytes]) -> Iterator[bytes]:
+    comp = _compressor()
+    for data in _raw_chunks(parts):
+        out = comp.compress(data)
+        if out:
+            yield out
+    yield comp.flush()
+
+
+class IterReader(io.RawIOBase):
+    """A file-like view of an iterator of byte chunks (for streamed multipart parts)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buf = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any, /) -> int:
+        view = memoryview(b).cast("B")
+        while not self._buf:
+            try:
+                self._buf = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(view), len(self._buf))
+        view[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+
+@dataclass
+class Body:
+    """How to send the files (rebuilt for every attempt: streams cannot be replayed)."""
+
+    files: list[Path]
+    config: Path | None
+    opts: SubmitOptions
+    cut: list[str] = field(default_factory=list)
+
+    def request_kwargs(self) -> dict[str, Any]:
+        o = self.opts
+        params: dict[str, Any] = {"source": o.source}
+        for key in ("job_id", "framework", "exit_code", "host"):
+            value = getattr(o, key)
+            if value is not None:
+                params[key] = str(value)
+        if o.labels:
+            params["label"] = [f"{k}={v}" for k, v in o.labels.items()]
+        self.cut = []
+        plans = []
+        for p in self.files:
+            parts, was_cut = plan(p, max_bytes=o.max_bytes, head_bytes=o.head_bytes)
+            if was_cut:
+                self.cut.append(p.name)
+            plans.append((p, parts))
+        if len(self.files) == 1 and self.config is None:
+            path, parts = plans[0]
+            params["filename"] = path.name
+            if _compressed(path):
+                return {
+                    "params": params,
+                    "content": _raw_chunks(parts),
+                    "headers": _ctype("application/octet-stream"),
+                }
+            headers = {**_ctype("text/plain; charset=utf-8"), "Content-Encoding": "gzip"}
+            return {"params": params, "content": gzip_chunks(parts), "headers": headers}
+        files: list[tuple[str, tuple[str, IO[bytes], str]]] = []
+        for path, parts in plans:
+            stream = _raw_chunks(parts) if _compressed(path) else gzip_chunks(parts)
+            files.append(
+                ("log", (path.name, io.BufferedReader(IterReader(stream)), "application/octet-stream"))
+            )
+        if self.config is not None:
+            files.append(("config", (self.config.name, self.config.open("rb"), "text/plain")))
+        return {"params": params, "files": files}
+
+
+def _ctype(value: str) -> dict[str, str]:
+    return {"Content-Type": value}
+
+
+def _retry_after(resp: httpx.Response | None, default: float) -> float:
+    if resp is None:
+        return default
+    value = resp.headers.get("retry-after", "")
+    return min(float(value), 60.0) if value.replace(".", "", 1).isdigit() else default
+
+
+def _problem(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return f"HTTP {resp.status_code}: {resp.text[:300]}"
+    if isinstance(body, dict) and "detail" in body:
+        return f"HTTP {resp.status_code} {body.get('title', '')}: {body['detail']}"
+    return f"HTTP {resp.status_code}"
+
+
+def submit(
+    files: list[Path],
+    opts: SubmitOptions,
+    *,
+    log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+    client: httpx.Client | None = None,
+) -> dict[str, Any]:
+    """Post the logs; return the analysis resource (possibly still pending). Raises LogtriageError."""
+    for p in files:
+        if not p.is_file():
+            raise UsageError(f"{p}: no such file")
+    if opts.config is not None and not opts.config.is_file():
+        raise UsageError(f"{opts.config}: no such config file")
+    base = opts.url.rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise UsageError(f"--url {opts.url!r} must start with http:// or https://")
+    headers = {"Idempotency-Key": opts.idempotency_key, "User-Agent": "logtriage-submit"}
+    if opts.token:
+        headers["Authorization"] = f"Bearer {opts.token}"
+    timeout = httpx.Timeout(opts.timeout, connect=min(opts.timeout, 10.0))
+    own = client is None
+    http = client or httpx.Client(timeout=timeout, headers=headers)
+    try:
+        body = Body(files, opts.config, opts)
+        resp = _post_with_retries(http, f"{base}/api/v1/analyses", body, opts, headers=headers, log=log)
+        if body.cut:
+            log(
+                f"logtriage: sent the head and tail of {', '.join(body.cut)} "
+                f"(over {human_bytes(opts.max_bytes)})"
+            )
+        result: dict[str, Any] = resp.json()
+        location = resp.headers.get("location") or result.get("links", {}).get("self")
+        deadline = time.monotonic() + opts.wait
+        while result.get("status") == "pending" and location and time.monotonic() < deadline:
+            time.sleep(min(_retry_after(resp, 2.0), max(0.0, deadline - time.monotonic())))
+            try:
+                resp = http.get(location, headers=headers)
+            except httpx.TransportError as exc:
+                log(f"logtriage: polling {location} failed ({type(exc).__name__}); retrying")
+                continue
+            if resp.status_code != 200:
+                raise RemoteError(_problem(resp))
+            result = resp.json()
+        return result
+    finally:
+        if own:
+            http.close()
+
+
+def _post_with_retries(
+    http: httpx.Client,
+    url: str,
+    body: Body,
+    opts: SubmitOptions,
+    *,
+    headers: dict[str, str],
+    log: Callable[[str], None],
+) -> httpx.Response:
+    attempts = 1 + max(0, opts.retries)
+    last = "no attempt made"
+    for attempt in range(attempts):
+        resp: httpx.Response | None = None
+        kwargs = body.request_kwargs()
+        try:
+            extra = kwargs.pop("headers", {})
+            resp = http.post(url, headers={**headers, **extra}, **kwargs)
+        except httpx.TransportError as exc:
+            last = f"{type(exc).__name__}: {exc}".rstrip(": ")
+        finally:
+            if opts.config is not None:
+                for item in kwargs.get("files", []):
+                    if item[0] == "config":
+                        item[1][1].close()
+        if resp is not None:
+            if resp.status_code in (200, 201, 202):
+                return resp
+            last = _problem(resp)
+            if resp.status_code not in RETRY_STATUS:
+                raise RemoteError(last)
+        if attempt + 1 < attempts:
+            delay = _retry_after(resp, opts.backoff * (2**attempt)) * random.uniform(0.5, 1.0)
+            log(
+                f"logtriage: submit attempt {attempt + 1}/{attempts} failed ({last}); "
+                f"retrying in {delay:.1f}s"
+            )
+            time.sleep(delay)
+    raise RemoteError(f"gave up after {attempts} attempts: {last}")
+
+
+def format_result(res: dict[str, Any], *, max_fix_lines: int = 14) -> str:
+    """The hook's output: root cause, fix, recurrence, suspect nodes, report URL."""
+    url = res.get("permalink") or res.get("links", {}).get("report_html", "")
+    status = res.get("status")
+    if status == "pending":
+        return f"logtriage: analysis {res.get('id')} is still running; it will be at {url}\n"
+    if status == "failed":
+        err = res.get("error") or {}
+        return f"logtriage: analysis {res.get('id')} failed: {err.get('detail', 'unknown error')}\n"
+    root = res.get("root_cause")
+    out = []
+    if root is None:
+        out.append("logtriage: no known failure matched (nothing is guessed)")
+        for step in (res.get("next_steps") or [])[:3]:
+            out.append(f"  next: {step}")
+    else:
+        out.append(f"logtriage: root cause: {root['title']}")
+        out.append(
+            f"  class: {root['failure_class']} ({root['kind']}, {root['severity']}, "
+            f"confidence {root['confidence']:.2f})"
+        )
+        fix = root.get("remediation", "").strip().splitlines()
+        if fix:
+            out.append("  fix:")
+            out += [f"    {line}" for line in fix[:max_fix_lines]]
+            if len(fix) > max_fix_lines:
+                out.append("    … (see the report)")
+        for p in (root.get("patches") or [])[:3]:
+            rendered = p["rendered"].strip().splitlines()
+            out.append(f"  patch ({p['target']}): {rendered[0] if rendered else ''}")
+            out += [f"    {line}" for line in rendered[1:6]]
+    for f in res.get("findings") or []:
+        if f.get("role") == "related":
+            out.append(f"  also: {f['title']} ({f['failure_class']})")
+    rec = res.get("recurrence")
+    if rec and rec.get("total", 0) > 1:
+        out.append(f"  recurring: {rec['summary']}")
+    for s in res.get("suspect_hosts") or []:
+        out.append(f"  suspect node: {s['host']} (hardware failures in {s['jobs']} jobs): drain it")
+    if res.get("duplicate_of"):
+        out.append(f"  same log as analysis {res['duplicate_of']}")
+    out.append(f"  report: {url}")
+    return "\n".join(out) + "\n"
+
+
+def env_default(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value or None
+
+
+def dump_json(res: dict[str, Any]) -> str:
+    return json.dumps(res, indent=2) + "\n"

@@ -1,0 +1,239 @@
+"""The database schema (SQLAlchemy 2, typed). Alembic migrations in ``migrations/`` create it.
+
+Raw logs are not stored here: each analysis file points at a content-addressed, redacted, zstd
+blob in the data directory (``blobs`` records which blobs exist and their sizes).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive, in UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(dt.UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dt.datetime: UTCDateTime,
+        dict[str, Any]: JSON,
+        dict[str, str]: JSON,
+    }
+
+
+class ApiToken(Base):
+    """An API token. Only the SHA-256 of the secret is stored; `prefix` identifies it in lists."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[str] = mapped_column(String(100))  # space-separated: ingest read admin
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[dt.datetime | None]
+    expires_at: Mapped[dt.datetime | None]
+    revoked_at: Mapped[dt.datetime | None]
+
+    @property
+    def scope_set(self) -> frozenset[str]:
+        return frozenset(self.scopes.split())
+
+
+class RuleVersion(Base):
+    """A rule as it was when it matched: old reports still show the rule text they were made with."""
+
+    __tablename__ = "rule_versions"
+    __table_args__ = (UniqueConstraint("rule_id", "version", "text_sha256"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rule_id: Mapped[str] = mapped_column(String(100), index=True)
+    version: Mapped[int]
+    text_sha256: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    failure_class: Mapped[str] = mapped_column(String(100))
+    title: Mapped[str] = mapped_column(String(200))
+    library_version: Mapped[str] = mapped_column(String(50))
+    first_seen_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Blob(Base):
+    """A redacted log (or config) in the blob store, by the SHA-256 of its (uncompressed) content."""
+
+    __tablename__ = "blobs"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    stored_size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Analysis(Base):
+    __tablename__ = "analyses"
+    __table_args__ = (
+        UniqueConstraint("idempotency_scope", "idempotency_key"),
+        Index("ix_analyses_fingerprint_created", "fingerprint", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(26), primary_key=True)  # ULID: sorts by creation time
+    created_at: Mapped[dt.datetime] = mapped_column(index=True)
+    finished_at: Mapped[dt.datetime | None]
+    status: Mapped[str] = mapped_column(String(16), index=True)  # pending | done | failed
+    source: Mapped[str] = mapped_column(String(16))  # web | api | slack | cli
+    # job metadata, as the hook reported it
+    job_id: Mapped[str | None] = mapped_column(String(256), index=True)
+    framework: Mapped[str | None] = mapped_column(String(32))
+    exit_code: Mapped[int | None]
+    host: Mapped[str | None] = mapped_column(String(255), index=True)
+    labels: Mapped[dict[str, str]] = mapped_column(default=dict)
+    # who and how
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
+    idempotency_scope: Mapped[str | None] = mapped_column(String(32))
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_digest: Mapped[str | None] = mapped_column(String(64))
+    runner: Mapped[str | None] = mapped_column(String(128))  # host:pid of the server running it
+    # the logs
+    log_digest: Mapped[str | None] = mapped_column(String(64), index=True)
+    log_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    duplicate_of_id: Mapped[str | None] = mapped_column(ForeignKey("analyses.id", ondelete="SET NULL"))
+    config_name: Mapped[str | None] = mapped_column(String(255))
+    config_sha256: Mapped[str | None] = mapped_column(ForeignKey("blobs.sha256"))
+    # the result, denormalised for filters and stats; `result` is the Analysis JSON contract
+    library_version: Mapped[str | None] = mapped_column(String(50))
+    root_class: Mapped[str | None] = mapped_column(String(100), index=True)
+    root_kind: Mapped[str | None] = mapped_column(String(32), index=True)
+    root_rule_id: Mapped[str | None] = mapped_column(String(100))
+    fingerprint: Mapped[str | None] = mapped_column(String(32))
+    framework_detected: Mapped[str | None] = mapped_column(String(32), index=True)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    retriaged_at: Mapped[dt.datetime | None]
+
+    files: Mapped[list[AnalysisFile]] = relationship(
+        back_populates="analysis", cascade="all, delete-orphan", order_by="AnalysisFile.position"
+    )
+    findings: Mapped[list[Finding]] = relationship(
+        back_populates="analysis", cascade="all, delete-orphan", order_by="Finding.position"
+    )
+    feedback: Mapped[list[Feedback]] = relationship(
+        back_populates="analysis", cascade="all, delete-orphan", order_by="Feedback.id"
+    )
+
+
+class AnalysisFile(Base):
+    __tablename__ = "analysis_files"
+
+    analysis_id: Mapped[str] = mapped_column(ForeignKey("analyses.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    blob_sha256: Mapped[str] = mapped_column(ForeignKey("blobs.sha256"), index=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+
+    analysis: Mapped[Analysis] = relationship(back_populates="files")
+
+
+class Finding(Base):
+    __tablename__ = "findings"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    analysis_id: Mapped[str] = mapped_column(ForeignKey("analyses.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int]
+    rule_version_id: Mapped[int | None] = mapped_column(ForeignKey("rule_versions.id"))
+    rule_id: Mapped[str] = mapped_column(String(100), index=True)
+    rule_version: Mapped[int]
+    failure_class: Mapped[str] = mapped_column(String(100), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    severity: Mapped[str] = mapped_column(String(16))
+    role: Mapped[str] = mapped_column(String(16))
+    confidence: Mapped[float] = mapped_column(Float)
+    count: Mapped[int]
+    fingerprint: Mapped[str] = mapped_column(String(32), index=True)
+
+    analysis: Mapped[Analysis] = relationship(back_populates="findings")
+    hosts: Mapped[list[FindingHost]] = relationship(cascade="all, delete-orphan")
+
+
+class FindingHost(Base):
+    """Hosts a finding was seen on (from the log lines, else the host the hook reported)."""
+
+    __tablename__ = "finding_hosts"
+
+    finding_id: Mapped[int] = mapped_column(ForeignKey("findings.id", ondelete="CASCADE"), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255), primary_key=True, index=True)
+
+
+class Feedback(Base):
+    __tablename__ = "feedback"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    analysis_id: Mapped[str] = mapped_column(ForeignKey("analyses.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    verdict: Mapped[str] = mapped_column(String(16))  # correct | wrong
+    correct_class: Mapped[str | None] = mapped_column(String(100))
+    comment: Mapped[str | None] = mapped_column(Text)
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
+
+    analysis: Mapped[Analysis] = relationship(back_populates="feedback")
+
+
+class Retriage(Base):
+    """One re-run of an analysis with a newer rule library, and what changed."""
+
+    __tablename__ = "retriages"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    analysis_id: Mapped[str] = mapped_column(ForeignKey("analyses.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    from_library_version: Mapped[str | None] = mapped_column(String(50))
+    to_library_version: Mapped[str] = mapped_column(String(50))
+    from_class: Mapped[str | None] = mapped_column(String(100))
+    to_class: Mapped[str] = mapped_column(String(100))
+    changes: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -1,0 +1,905 @@
+"""Typed, keyword-only storage functions. Callers own the session and its transaction."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import os
+import secrets
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Select, and_, delete, exists, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from app.db.models import (
+    Analysis,
+    AnalysisFile,
+    ApiToken,
+    Blob,
+    Feedback,
+    Finding,
+    FindingHost,
+    Retriage,
+    RuleVersion,
+    utcnow,
+)
+from app.errors import ConflictError, NotFoundError, UsageError
+from app.fingerprint import fingerprint
+
+SCOPES = ("ingest", "read", "admin")
+TOKEN_PREFIX = "lt_"
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+# --- ids ---------------------------------------------------------------------------------------
+
+
+def new_id(now: dt.datetime | None = None) -> str:
+    """A ULID: 48-bit millisecond time + 80 random bits, Crockford base32 (sorts by time)."""
+    ms = int((now or utcnow()).timestamp() * 1000)
+    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    out = []
+    for _ in range(26):
+        out.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(out))
+
+
+def id_time(analysis_id: str) -> dt.datetime:
+    value = 0
+    for ch in analysis_id.upper():
+        value = value * 32 + _CROCKFORD.index(ch)
+    return dt.datetime.fromtimestamp((value >> 80) / 1000, dt.UTC)
+
+
+def is_valid_id(analysis_id: str) -> bool:
+    return (
+        len(analysis_id) == 26 and all(c in _CROCKFORD for c in analysis_id.upper()) and analysis_id[0] <= "7"
+    )
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _insert_ignore(session: Session, model: Any, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        session.execute(postgresql.insert(model).values(rows).on_conflict_do_nothing())
+    elif dialect == "sqlite":
+        session.execute(sqlite.insert(model).values(rows).on_conflict_do_nothing())
+    else:  # pragma: no cover - other backends: one at a time with a savepoint
+        for row in rows:
+            try:
+                with session.begin_nested():
+                    session.add(model(**row))
+            except IntegrityError:
+                pass
+
+
+# --- analyses: lifecycle -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobMeta:
+    """What the failed job's hook tells us about it."""
+
+    source: str = "api"
+    job_id: str | None = None
+    framework: str | None = None
+    exit_code: int | None = None
+    host: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def find_idempotent(session: Session, *, scope: str, key: str) -> Analysis | None:
+    return session.scalar(
+        select(Analysis).where(Analysis.idempotency_scope == scope, Analysis.idempotency_key == key)
+    )
+
+
+def create_pending(
+    session: Session,
+    *,
+    meta: JobMeta,
+    token_id: int | None,
+    runner: str,
+    idempotency_scope: str | None = None,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
+) -> Analysis:
+    now = utcnow()
+    row = Analysis(
+        id=new_id(now),
+        created_at=now,
+        status="pending",
+        source=meta.source,
+        job_id=meta.job_id,
+        framework=meta.framework,
+        exit_code=meta.exit_code,
+        host=meta.host,
+        labels=dict(meta.labels),
+        token_id=token_id,
+        idempotency_scope=idempotency_scope if idempotency_key else None,
+        idempotency_key=idempotency_key,
+        request_digest=request_digest,
+        runner=runner,
+    )
+    session.add(row)
+    try:
+        session.flush()
+    except IntegrityError:
+        raise ConflictError(
+            "a request with this Idempotency-Key is being processed right now; retry in a moment"
+        ) from None
+    return row
+
+
+def get_analysis(session: Session, *, analysis_id: str, full: bool = False) -> Analysis:
+    row = None
+    if is_valid_id(analysis_id):
+        stmt = select(Analysis).where(Analysis.id == analysis_id.upper())
+        if full:
+            stmt = stmt.options(selectinload(Analysis.files), selectinload(Analysis.feedback))
+        row = session.scalar(stmt)
+    if row is None:
+        raise NotFoundError(f"no analysis {analysis_id!r}")
+    return row
+
+
+def delete_analysis(session: Session, *, analysis_id: str) -> None:
+    session.execute(delete(Analysis).where(Analysis.id == analysis_id))
+
+
+def fail_analysis(session: Session, *, analysis_id: str, problem: dict[str, Any]) -> None:
+    session.execute(
+        update(Analysis)
+        .where(Analysis.id == analysis_id, Analysis.status == "pending")
+        .values(status="failed", error=problem, finished_at=utcnow())
+    )
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    sha256: str
+    size: int
+    stored_size: int
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    name: str
+    blob: StoredBlob
+
+
+@dataclass(frozen=True)
+class RuleRecord:
+    rule_id: str
+    version: int
+    text: str
+    failure_class: str
+    title: str
+
+
+def log_digest(shas: Sequence[str]) -> str:
+    if len(shas) == 1:
+        return shas[0]
+    return hashlib.sha256("\n".join(sorted(shas)).encode()).hexdigest()
+
+
+def _upsert_rule_versions(
+    session: Session, *, rules: Iterable[RuleRecord], library_version: str
+) -> dict[str, int]:
+    rows = []
+    keys = []
+    for r in rules:
+        sha = hashlib.sha256(r.text.encode()).hexdigest()
+        keys.append((r.rule_id, r.version, sha))
+        rows.append(
+            {
+                "rule_id": r.rule_id,
+                "version": r.version,
+                "text_sha256": sha,
+                "text": r.text,
+                "failure_class": r.failure_class,
+                "title": r.title[:200],
+                "library_version": library_version,
+                "first_seen_at": utcnow(),
+            }
+        )
+    _insert_ignore(session, RuleVersion, rows)
+    out: dict[str, int] = {}
+    for rule_id, version, sha in keys:
+        rv_id = session.scalar(
+            select(RuleVersion.id).where(
+                RuleVersion.rule_id == rule_id, RuleVersion.version == version, RuleVersion.text_sha256 == sha
+            )
+        )
+        if rv_id is not None:
+            out[rule_id] = rv_id
+    return out
+
+
+def _write_result(
+    session: Session,
+    *,
+    row: Analysis,
+    analysis: dict[str, Any],
+    library_version: str,
+    rules: Iterable[RuleRecord],
+) -> None:
+    rule_ids = _upsert_rule_versions(session, rules=rules, library_version=library_version)
+    session.execute(delete(Finding).where(Finding.analysis_id == row.id))
+    root = analysis.get("root_cause")
+    fw = analysis.get("framework") or {}
+    row.result = analysis
+    row.library_version = library_version
+    row.root_class = root["failure_class"] if root else "unknown"
+    row.root_kind = root["kind"] if root else "unknown"
+    row.root_rule_id = root["rule_id"] if root else None
+    row.fingerprint = fingerprint(root["rule_id"], root.get("captures") or {}) if root else None
+    row.framework_detected = fw.get("name")
+    for i, f in enumerate(analysis.get("findings") or []):
+        hosts = [h[:255] for h in (f.get("hosts") or [])] or ([row.host] if row.host else [])
+        finding = Finding(
+            analysis_id=row.id,
+            position=i,
+            rule_version_id=rule_ids.get(f["rule_id"]),
+            rule_id=f["rule_id"],
+            rule_version=f["rule_version"],
+            failure_class=f["failure_class"],
+            kind=f["kind"],
+            severity=f["severity"],
+            role=f["role"],
+            confidence=float(f["confidence"]),
+            count=int(f["count"]),
+            fingerprint=fingerprint(f["rule_id"], f.get("captures") or {}),
+            hosts=[FindingHost(host=h) for h in dict.fromkeys(hosts)],
+        )
+        session.add(finding)
+
+
+def complete_analysis(
+    session: Session,
+    *,
+    analysis_id: str,
+    analysis: dict[str, Any],
+    library_version: str,
+    files: Sequence[FileRecord],
+    config: FileRecord | None,
+    rules: Iterable[RuleRecord],
+) -> Analysis:
+    row = session.get(Analysis, analysis_id)
+    if row is None:
+        raise NotFoundError(f"analysis {analysis_id} vanished while it was running")
+    blobs = [f.blob for f in files] + ([config.blob] if config else [])
+    _insert_ignore(
+        session,
+        Blob,
+        [
+            {"sha256": b.sha256, "size": b.size, "stored_size": b.stored_size, "created_at": utcnow()}
+            for b in blobs
+        ],
+    )
+    for i, f in enumerate(files):
+        session.add(
+            AnalysisFile(
+                analysis_id=row.id, position=i, name=f.name[:255], blob_sha256=f.blob.sha256, size=f.blob.size
+            )
+        )
+    digest = log_digest([f.blob.sha256 for f in files])
+    row.log_digest = digest
+    row.log_bytes = sum(f.blob.size for f in files)
+    if config:
+        row.config_name = config.name[:255]
+        row.config_sha256 = config.blob.sha256
+    row.duplicate_of_id = session.scalar(
+        select(Analysis.id)
+        .where(Analysis.log_digest == digest, Analysis.id != row.id, Analysis.duplicate_of_id.is_(None))
+        .order_by(Analysis.id)
+        .limit(1)
+    )
+    _write_result(session, row=row, analysis=analysis, library_version=library_version, rules=rules)
+    row.status = "done"
+    row.finished_at = utcnow()
+    row.runner = None
+    session.flush()
+    return row
+
+
+def blob_referenced(session: Session, *, sha256: str) -> bool:
+    return bool(
+        session.scalar(
+            select(
+                or_(
+                    exists().where(AnalysisFile.blob_sha256 == sha256),
+                    exists().where(Analysis.config_sha256 == sha256),
+                )
+            )
+        )
+    )
+
+
+def mark_interrupted(session: Session, *, host: str, alive: Iterable[int]) -> int:
+    """Fail pending analyses whose server process (on this host) is gone."""
+    alive_set = {f"{host}:{pid}" for pid in alive}
+    rows = session.scalars(
+        select(Analysis).where(Analysis.status == "pending", Analysis.runner.like(f"{host}:%"))
+    ).all()
+    n = 0
+    for row in rows:
+        if row.runner in alive_set:
+            continue
+        row.status = "failed"
+        row.finished_at = utcnow()
+        row.error = {
+            "type": "/problems/interrupted",
+            "title": "Interrupted",
+            "status": 503,
+            "detail": "the server stopped before this analysis finished; submit the log again",
+        }
+        n += 1
+    return n
+
+
+# --- re-triage ---------------------------------------------------------------------------------
+
+
+def result_summary(result: dict[str, Any] | None) -> dict[str, Any]:
+    root = (result or {}).get("root_cause")
+    return {
+        "failure_class": root["failure_class"] if root else "unknown",
+        "rule_id": root["rule_id"] if root else None,
+        "rule_version": root["rule_version"] if root else None,
+        "title": root["title"] if root else None,
+        "library_version": (result or {}).get("library_version"),
+    }
+
+
+def diff_results(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    before, after = result_summary(old), result_summary(new)
+    old_rules = {(f["rule_id"], f["role"]) for f in (old or {}).get("findings") or []}
+    new_rules = {(f["rule_id"], f["role"]) for f in new.get("findings") or []}
+    old_ids = {r for r, _ in old_rules}
+    new_ids = {r for r, _ in new_rules}
+    return {
+        "changed": before["failure_class"] != after["failure_class"]
+        or before["rule_id"] != after["rule_id"]
+        or old_rules != new_rules,
+        "root_cause_changed": before["failure_class"] != after["failure_class"]
+        or before["rule_id"] != after["rule_id"],
+        "before": before,
+        "after": after,
+        "added_rules": sorted(new_ids - old_ids),
+        "removed_rules": sorted(old_ids - new_ids),
+    }
+
+
+def apply_retriage(
+    session: Session,
+    *,
+    analysis_id: str,
+    analysis: dict[str, Any],
+    library_version: str,
+    rules: Iterable[RuleRecord],
+) -> tuple[Analysis, dict[str, Any]]:
+    row = session.get(Analysis, analysis_id)
+    if row is None:
+        raise NotFoundError(f"no analysis {analysis_id!r}")
+    changes = diff_results(row.result, analysis)
+    session.add(
+        Retriage(
+            analysis_id=row.id,
+            from_library_version=row.library_version,
+            to_library_version=library_version,
+            from_class=row.root_class,
+            to_class=changes["after"]["failure_class"],
+            changes=changes,
+        )
+    )
+    _write_result(session, row=row, analysis=analysis, library_version=library_version, rules=rules)
+    row.retriaged_at = utcnow()
+    session.flush()
+    return row, changes
+
+
+def retriage_candidates(
+    session: Session,
+    *,
+    since: dt.datetime | None,
+    until: dt.datetime | None = None,
+    failure_class: str | None = None,
+    limit: int | None = None,
+) -> list[str]:
+    stmt = select(Analysis.id).where(Analysis.status == "done").order_by(Analysis.id)
+    if since:
+        stmt = stmt.where(Analysis.created_at >= since)
+    if until:
+        stmt = stmt.where(Analysis.created_at < until)
+    if failure_class:
+        stmt = stmt.where(Analysis.root_class == failure_class)
+    if limit:
+        stmt = stmt.limit(limit)
+    return list(session.scalars(stmt))
+
+
+def retriages_of(session: Session, *, analysis_id: str) -> list[Retriage]:
+    return list(
+        session.scalars(select(Retriage).where(Retriage.analysis_id == analysis_id).order_by(Retriage.id))
+    )
+
+
+# --- listing -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AnalysisFilter:
+    failure_class: str | None = None
+    kind: str | None = None
+    framework: str | None = None
+    job_id: str | None = None
+    host: str | None = None
+    status: str | None = None
+    source: str | None = None
+    rule_id: str | None = None
+    fingerprint: str | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def _filtered(stmt: Select[Any], f: AnalysisFilter) -> Select[Any]:
+    if f.failure_class:
+        stmt = stmt.where(Analysis.root_class == f.failure_class)
+    if f.kind:
+        stmt = stmt.where(Analysis.root_kind == f.kind)
+    if f.framework:
+        stmt = stmt.where(or_(Analysis.framework_detected == f.framework, Analysis.framework == f.framework))
+    if f.job_id:
+        stmt = stmt.where(Analysis.job_id == f.job_id)
+    if f.status:
+        stmt = stmt.where(Analysis.status == f.status)
+    if f.source:
+        stmt = stmt.where(Analysis.source == f.source)
+    if f.fingerprint:
+        stmt = stmt.where(Analysis.fingerprint == f.fingerprint)
+    if f.rule_id:
+        stmt = stmt.where(exists().where(Finding.analysis_id == Analysis.id, Finding.rule_id == f.rule_id))
+    if f.host:
+        stmt = stmt.where(
+            or_(
+                Analysis.host == f.host,
+                exists().where(
+                    Finding.analysis_id == Analysis.id,
+                    FindingHost.finding_id == Finding.id,
+                    FindingHost.host == f.host,
+                ),
+            )
+        )
+    if f.since:
+        stmt = stmt.where(Analysis.created_at >= f.since)
+    if f.until:
+        stmt = stmt.where(Analysis.created_at < f.until)
+    return stmt
+
+
+def encode_cursor(analysis_id: str) -> str:
+    return base64.urlsafe_b64encode(f"v1:{analysis_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except ValueError:
+        raw = ""
+    if not raw.startswith("v1:") or not is_valid_id(raw[3:]):
+        raise UsageError("invalid cursor: pass the `next_cursor` of the previous page unchanged")
+    return raw[3:]
+
+
+def list_analyses(
+    session: Session, *, filters: AnalysisFilter, limit: int, cursor: str | None = None
+) -> tuple[list[Analysis], str | None]:
+    stmt = _filtered(select(Analysis), filters).order_by(Analysis.id.desc()).limit(limit + 1)
+    if cursor:
+        stmt = stmt.where(Analysis.id < decode_cursor(cursor))
+    rows = list(session.scalars(stmt))
+    if filters.labels:  # JSON containment differs by backend: filter labels in Python
+        rows = [r for r in rows if all((r.labels or {}).get(k) == v for k, v in filters.labels.items())]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, (encode_cursor(rows[-1].id) if more and rows else None)
+
+
+# --- feedback ----------------------------------------------------------------------------------
+
+
+def add_feedback(
+    session: Session,
+    *,
+    analysis_id: str,
+    verdict: str,
+    correct_class: str | None,
+    comment: str | None,
+    token_id: int | None,
+) -> Feedback:
+    row = Feedback(
+        analysis_id=analysis_id,
+        verdict=verdict,
+        correct_class=correct_class,
+        comment=comment,
+        token_id=token_id,
+        created_at=utcnow(),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+# --- recurrence, suspect hosts, stats -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    fingerprint: str
+    total: int
+    in_window: int
+    window_days: int
+    first_seen: dt.datetime
+    first_analysis_id: str
+    last_seen: dt.datetime
+    jobs: int
+    hosts: int
+
+
+def recurrence(
+    session: Session, *, fingerprint_: str, days: int, now: dt.datetime | None = None
+) -> Recurrence | None:
+    now = now or utcnow()
+    base = (
+        Analysis.fingerprint == fingerprint_,
+        Analysis.status == "done",
+        Analysis.duplicate_of_id.is_(None),
+    )
+    total, first, last = session.execute(
+        select(func.count(), func.min(Analysis.created_at), func.max(Analysis.created_at)).where(*base)
+    ).one()
+    if not total:
+        return None
+    in_window = session.scalar(
+        select(func.count()).where(*base, Analysis.created_at >= now - dt.timedelta(days=days))
+    )
+    first_id = session.scalar(select(Analysis.id).where(*base).order_by(Analysis.id).limit(1))
+    jobs = session.scalar(
+        select(func.count(func.distinct(func.coalesce(Analysis.job_id, Analysis.id)))).where(*base)
+    )
+    hosts = session.scalar(
+        select(func.count(func.distinct(FindingHost.host)))
+        .join(Finding, Finding.id == FindingHost.finding_id)
+        .join(Analysis, Analysis.id == Finding.analysis_id)
+        .where(*base, Finding.fingerprint == fingerprint_)
+    )
+    return Recurrence(
+        fingerprint=fingerprint_,
+        total=int(total),
+        in_window=int(in_window or 0),
+        window_days=days,
+        first_seen=_aware(first),
+        first_analysis_id=str(first_id),
+        last_seen=_aware(last),
+        jobs=int(jobs or 0),
+        hosts=int(hosts or 0),
+    )
+
+
+def _iso(value: Any) -> str:
+    return _aware(value).isoformat().replace("+00:00", "Z")
+
+
+def _aware(value: Any) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+    # SQLite returns MIN()/MAX() of a datetime column as text
+    parsed = dt.datetime.fromisoformat(str(value))
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
+
+
+@dataclass
+class SuspectHost:
+    host: str
+    failures: int
+    jobs: int
+    classes: list[str]
+    first_seen: dt.datetime
+    last_seen: dt.datetime
+    latest_analysis_id: str
+
+
+def suspect_hosts(
+    session: Session,
+    *,
+    days: int,
+    min_jobs: int,
+    now: dt.datetime | None = None,
+    only: Iterable[str] | None = None,
+) -> list[SuspectHost]:
+    """Hosts hit by hardware-class failures in at least `min_jobs` distinct jobs in the window."""
+    now = now or utcnow()
+    stmt = (
+        select(FindingHost.host, Analysis.id, Analysis.job_id, Analysis.created_at, Finding.failure_class)
+        .join(Finding, Finding.id == FindingHost.finding_id)
+        .join(Analysis, Analysis.id == Finding.analysis_id)
+        .where(
+            Finding.kind == "hardware",
+            Analysis.status == "done",
+            Analysis.duplicate_of_id.is_(None),
+            Analysis.created_at >= now - dt.timedelta(days=days),
+        )
+    )
+    hosts_filter = list(only) if only is not None else None
+    if hosts_filter is not None:
+        if not hosts_filter:
+            return []
+        stmt = stmt.where(FindingHost.host.in_(hosts_filter))
+    per_host: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"analyses": set(), "jobs": set(), "classes": Counter(), "times": [], "latest": ""}
+    )
+    for host, aid, job_id, created, fclass in session.execute(stmt):
+        h = per_host[host]
+        h["analyses"].add(aid)
+        h["jobs"].add(job_id or aid)
+        h["classes"][fclass] += 1
+        h["times"].append(_aware(created))
+        h["latest"] = max(h["latest"], aid)
+    out = [
+        SuspectHost(
+            host=host,
+            failures=len(h["analyses"]),
+            jobs=len(h["jobs"]),
+            classes=[c for c, _ in h["classes"].most_common()],
+            first_seen=min(h["times"]),
+            last_seen=max(h["times"]),
+            latest_analysis_id=h["latest"],
+        )
+        for host, h in per_host.items()
+        if len(h["jobs"]) >= min_jobs
+    ]
+    return sorted(out, key=lambda s: (-s.jobs, -s.failures, s.host))
+
+
+def stats(
+    session: Session,
+    *,
+    since: dt.datetime,
+    until: dt.datetime,
+    recurrence_days: int,
+    suspect_min_jobs: int,
+    top: int = 10,
+) -> dict[str, Any]:
+    window = (Analysis.created_at >= since, Analysis.created_at < until)
+    done = (*window, Analysis.status == "done")
+    status_counts = dict(
+        session.execute(select(Analysis.status, func.count()).where(*window).group_by(Analysis.status)).all()
+    )
+    per_class = dict(
+        session.execute(
+            select(Analysis.root_class, func.count()).where(*done).group_by(Analysis.root_class)
+        ).all()
+    )
+    per_kind = dict(
+        session.execute(
+            select(Analysis.root_kind, func.count()).where(*done).group_by(Analysis.root_kind)
+        ).all()
+    )
+    is_pg = session.get_bind().dialect.name == "postgresql"
+    day = func.date(func.timezone("UTC", Analysis.created_at)) if is_pg else func.date(Analysis.created_at)
+    per_day_rows = session.execute(
+        select(day, Analysis.root_class, func.count()).where(*done).group_by(day, Analysis.root_class)
+    ).all()
+    per_day: dict[str, dict[str, int]] = {}
+    for d, root_class, n in per_day_rows:
+        key = str(d)[:10]
+        slot = per_day.setdefault(key, {"total": 0, "unknown": 0})
+        slot["total"] += int(n)
+        if root_class == "unknown":
+            slot["unknown"] += int(n)
+    total_done = sum(int(v) for v in per_class.values())
+    unknown = int(per_class.get("unknown", 0))
+    recurring_rows = session.execute(
+        select(
+            Analysis.fingerprint,
+            func.count(),
+            func.min(Analysis.created_at),
+            func.max(Analysis.created_at),
+            func.max(Analysis.id),
+            func.count(func.distinct(func.coalesce(Analysis.job_id, Analysis.id))),
+        )
+        .where(*done, Analysis.fingerprint.is_not(None), Analysis.duplicate_of_id.is_(None))
+        .group_by(Analysis.fingerprint)
+        .order_by(func.count().desc(), func.max(Analysis.id).desc())
+        .limit(top)
+    ).all()
+    recurring = []
+    for fp, n, first, last, latest, jobs in recurring_rows:
+        latest_row = session.get(Analysis, latest)
+        root = (latest_row.result or {}).get("root_cause") if latest_row else None
+        recurring.append(
+            {
+                "fingerprint": fp,
+                "count": int(n),
+                "jobs": int(jobs),
+                "failure_class": latest_row.root_class if latest_row else None,
+                "rule_id": latest_row.root_rule_id if latest_row else None,
+                "title": root["title"] if root else None,
+                "first_seen": _iso(first),
+                "last_seen": _iso(last),
+                "latest_analysis_id": latest,
+            }
+        )
+    feedback_counts = dict(
+        session.execute(
+            select(Feedback.verdict, func.count())
+            .join(Analysis, Analysis.id == Feedback.analysis_id)
+            .where(*window)
+            .group_by(Feedback.verdict)
+        ).all()
+    )
+    suspects = suspect_hosts(session, days=recurrence_days, min_jobs=suspect_min_jobs, now=until)
+    return {
+        "since": _iso(since),
+        "until": _iso(until),
+        "analyses": int(sum(status_counts.values())),
+        "by_status": {k: int(v) for k, v in status_counts.items()},
+        "by_class": {k: int(v) for k, v in sorted(per_class.items(), key=lambda kv: (-kv[1], kv[0]))},
+        "by_kind": {k: int(v) for k, v in sorted(per_kind.items(), key=lambda kv: (-kv[1], kv[0]))},
+        "by_day": dict(sorted(per_day.items())),
+        "unknown_rate": round(unknown / total_done, 4) if total_done else None,
+        "top_recurring": recurring,
+        "suspect_hosts": [
+            {
+                "host": s.host,
+                "failures": s.failures,
+                "jobs": s.jobs,
+                "classes": s.classes,
+                "first_seen": _iso(s.first_seen),
+                "last_seen": _iso(s.last_seen),
+                "latest_analysis_id": s.latest_analysis_id,
+            }
+            for s in suspects
+        ],
+        "feedback": {k: int(v) for k, v in feedback_counts.items()},
+    }
+
+
+# --- rule versions -----------------------------------------------------------------------------
+
+
+def rule_versions(session: Session, *, rule_id: str) -> list[RuleVersion]:
+    return list(
+        session.scalars(
+            select(RuleVersion)
+            .where(RuleVersion.rule_id == rule_id)
+            .order_by(RuleVersion.version, RuleVersion.id)
+        )
+    )
+
+
+def rule_version_text(session: Session, *, rule_version_id: int) -> RuleVersion | None:
+    return session.get(RuleVersion, rule_version_id)
+
+
+def finding_rule_versions(session: Session, *, analysis_id: str) -> dict[str, RuleVersion]:
+    rows = session.execute(
+        select(Finding.rule_id, RuleVersion)
+        .join(RuleVersion, RuleVersion.id == Finding.rule_version_id)
+        .where(Finding.analysis_id == analysis_id)
+    ).all()
+    return {rid: rv for rid, rv in rows}
+
+
+# --- tokens ------------------------------------------------------------------------------------
+
+
+def hash_token(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_token(
+    session: Session, *, name: str, scopes: Sequence[str], expires_at: dt.datetime | None = None
+) -> tuple[ApiToken, str]:
+    bad = [s for s in scopes if s not in SCOPES]
+    if bad or not scopes:
+        raise UsageError(f"scopes must be among {', '.join(SCOPES)} (got {', '.join(scopes) or 'none'})")
+    if session.scalar(select(ApiToken.id).where(ApiToken.name == name)) is not None:
+        raise ConflictError(f"a token named {name!r} exists; pick another name or revoke it first")
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken(
+        name=name,
+        prefix=secret[:10],
+        token_hash=hash_token(secret),
+        scopes=" ".join(s for s in SCOPES if s in scopes),
+        created_at=utcnow(),
+        expires_at=expires_at,
+    )
+    session.add(row)
+    session.flush()
+    return row, secret
+
+
+def list_tokens(session: Session) -> list[ApiToken]:
+    return list(session.scalars(select(ApiToken).order_by(ApiToken.id)))
+
+
+def revoke_token(session: Session, *, name_or_id: str) -> ApiToken:
+    cond = ApiToken.name == name_or_id
+    if name_or_id.isdigit():
+        cond = or_(cond, ApiToken.id == int(name_or_id))
+    row = session.scalar(select(ApiToken).where(cond))
+    if row is None:
+        raise NotFoundError(f"no token {name_or_id!r}; `logtriage tokens list` shows them")
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+    return row
+
+
+def token_for_secret(session: Session, *, secret: str) -> ApiToken | None:
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(secret)))
+    if row is None or row.revoked_at is not None:
+        return None
+    if row.expires_at is not None and row.expires_at <= utcnow():
+        return None
+    return row
+
+
+def any_active_token(session: Session) -> bool:
+    now = utcnow()
+    return bool(
+        session.scalar(
+            select(
+                exists().where(
+                    ApiToken.revoked_at.is_(None),
+                    or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > now),
+                )
+            )
+        )
+    )
+
+
+_LAST_TOUCH: dict[int, float] = {}
+
+
+def touch_token(session: Session, *, token_id: int) -> None:
+    """Record last use (at most once a minute per token, to keep reads read-only)."""
+    now = time.monotonic()
+    if now - _LAST_TOUCH.get(token_id, 0) < 60:
+        return
+    _LAST_TOUCH[token_id] = now
+    session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=utcnow()))
+
+
+# --- housekeeping ------------------------------------------------------------------------------
+
+
+def known_blobs(session: Session) -> set[str]:
+    return set(session.scalars(select(Blob.sha256)))
+
+
+def unreferenced_blobs(session: Session) -> list[str]:
+    stmt = select(Blob.sha256).where(
+        ~exists().where(AnalysisFile.blob_sha256 == Blob.sha256),
+        ~exists().where(and_(Analysis.config_sha256 == Blob.sha256)),
+    )
+    return list(session.scalars(stmt))
+
+
+def delete_blob_rows(session: Session, *, shas: Sequence[str]) -> None:
+    if shas:
+        session.execute(delete(Blob).where(Blob.sha256.in_(list(shas))))

@@ -1,0 +1,777 @@
+"""The one place joining the engine and storage.
+
+upload (spooled raw files) -> decompress (by magic) -> redact -> content-addressed zstd blob
+                                                            \\-> plain work file -> triage -> persist
+
+The CPU-bound part (decompress, redact, compress, scan) runs in scan worker processes
+(``ScanPool``): each compiles the rule library once and reuses it, and the event loop never
+scans. Workers return plain data (``ScanOutcome`` or ``JobError``); the server then commits the
+blobs and writes the database rows together (``persist_outcome``), deleting a new blob again if
+the database write fails, so no half-written analysis and no orphan blob is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import multiprocessing
+import os
+import shutil
+import socket
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from app.blobstore import DirectoryBlobStore, PendingBlob, blob_store_for
+from app.db import repo
+from app.db.repo import FileRecord, JobMeta, RuleRecord, StoredBlob
+from app.db.session import Database
+from app.engine.ingest import ByteBudget, Source, open_source, rank_from_name
+from app.engine.library import Library, load_library
+from app.engine.patches import ConfigView
+from app.engine.redact import redact_text
+from app.engine.scan import CompiledLibrary, split_points
+from app.engine.triage import TriageOptions, default_cache_dir, triage
+from app.errors import (
+    InputError,
+    InputTooLargeError,
+    InternalError,
+    LogtriageError,
+    ServiceUnavailableError,
+    UnsupportedMediaError,
+    all_errors,
+)
+from app.redaction import fast_redact_stream
+from app.settings import Settings
+
+log = logging.getLogger("logtriage.pipeline")
+
+MAX_CONFIG_BYTES = 1 << 20
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+# --- data passed to and from scan workers (picklable) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputFile:
+    name: str  # what findings cite (the uploaded file name)
+    path: str  # the spooled upload, as sent: plain, gzip or zstd
+
+
+@dataclass(frozen=True)
+class ScanJob:
+    files: tuple[InputFile, ...]
+    config: InputFile | None = None
+    framework: str | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredInput:
+    """A blob already in the store (re-triage reads the stored, redacted logs)."""
+
+    name: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class RetriageJob:
+    files: tuple[StoredInput, ...]
+    config: StoredInput | None = None
+    framework: str | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    name: str
+    blob: PendingBlob
+
+
+@dataclass(frozen=True)
+class ScanOutcome:
+    analysis: dict[str, Any]  # the Analysis JSON contract
+    library_version: str
+    rules: tuple[RuleRecord, ...]
+    files: tuple[StoredFile, ...] = ()
+    config: StoredFile | None = None
+
+
+@dataclass(frozen=True)
+class JobError:
+    """An error a job raised, as data (not every exception survives pickling)."""
+
+    kind: str
+    detail: str
+
+    @classmethod
+    def of(cls, exc: LogtriageError) -> JobError:
+        return cls(type(exc).__name__, exc.detail)
+
+    def to_exception(self) -> LogtriageError:
+        for klass in all_errors():
+            if klass.__name__ == self.kind:
+                try:
+                    return klass(self.detail)
+                except TypeError:
+                    break
+        return InputError(self.detail)
+
+
+# --- worker side --------------------------------------------------------------------------------
+
+
+@dataclass
+class _WorkerState:
+    settings: Settings
+    compiled: CompiledLibrary
+    store: DirectoryBlobStore
+
+
+_STATE: _WorkerState | None = None
+
+
+def build_compiled(settings: Settings, library: Library | None = None) -> CompiledLibrary:
+    lib = library or load_library(settings.rules_dir)
+    return CompiledLibrary(lib, engine=settings.engine, cache_dir=settings.cache_dir or default_cache_dir())
+
+
+def worker_settings_payload(settings: Settings) -> dict[str, Any]:
+    return settings.model_dump(mode="json", exclude={"token"})
+
+
+def init_worker(payload: dict[str, Any]) -> None:
+    """Scan-worker initializer: compile the library once for the life of the process."""
+    global _STATE
+    settings = Settings(**payload)
+    _STATE = _WorkerState(settings, build_compiled(settings), blob_store_for(settings.data_dir))
+
+
+def init_local(settings: Settings, compiled: CompiledLibrary | None = None) -> None:
+    """Run jobs in this process (the CLI's bulk re-triage, tests)."""
+    global _STATE
+    _STATE = _WorkerState(settings, compiled or build_compiled(settings), blob_store_for(settings.data_dir))
+
+
+def _state() -> _WorkerState:
+    if _STATE is None:
+        raise RuntimeError("scan worker not initialised")
+    return _STATE
+
+
+def ping(_: object = None) -> str:
+    """Warm-up call: returns the library version once the worker has compiled it."""
+    return _state().compiled.library.version
+
+
+def _check_text(head: bytes, name: str) -> None:
+    sample = head[:8192]
+    if not sample:
+        return
+    control = sum(1 for b in sample if b < 32 and b not in (9, 10, 12, 13, 27, 8))
+    if control / len(sample) > 0.1:
+        raise UnsupportedMediaError(
+            f"{name}: binary content, not a text log; send plain text, gzip or zstd "
+            "(archives such as .tar or .zip are not unpacked)"
+        )
+
+
+PARALLEL_REDACT_BYTES = 32 << 20  # below this, one process redacts (forking costs more)
+COPY_CHUNK = 1 << 20
+
+
+class _RangeFile(io.RawIOBase):
+    """Bytes [start, end) of a file as a readable stream."""
+
+    def __init__(self, path: Path, start: int, end: int) -> None:
+        self._fh = path.open("rb", buffering=0)
+        self._fh.seek(start)
+        self._left = end - start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any, /) -> int:
+        if self._left <= 0:
+            return 0
+        view = memoryview(buffer).cast("B")
+        n = self._fh.readinto(view[: min(len(view), self._left)]) or 0
+        self._left -= n
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
+def _redact_range(task: tuple[str, int, int, str]) -> str:
+    """Redact bytes [start, end) of a plain file (line-aligned) into `out`; runs in a fork."""
+    path, start, end, out = task
+    reader = io.BufferedReader(_RangeFile(Path(path), start, end), buffer_size=COPY_CHUNK)
+    with reader as src, open(out, "wb") as dst:
+        for chunk in fast_redact_stream(src):
+            dst.write(chunk)
+    return out
+
+
+def _decompressed(src: Source, budget: ByteBudget, tmp: Path) -> tuple[Path, bool]:
+    """The upload as a plain file: itself when it is plain, else decompressed into `tmp`.
+
+    Returns (path, is_temporary). The decompressed-size limit is enforced either way.
+    """
+    assert src.path is not None
+    opened = open_source(src, budget=budget)
+    try:
+        if opened.compression is None:
+            budget.take(src.path.stat().st_size, src.name)
+            return src.path, False
+        buf = bytearray(COPY_CHUNK)
+        view = memoryview(buf)
+        with tmp.open("wb") as out:
+            while n := opened.reader.readinto(view):
+                out.write(view[:n])
+        return tmp, True
+    finally:
+        opened.close()
+
+
+def _redact_to_blob(
+    src: Source, store: DirectoryBlobStore, work_path: Path, budget: ByteBudget, *, jobs: int = 1
+) -> PendingBlob:
+    """Decompress, redact (in parallel for large logs) and store; `work_path` gets the plain
+    redacted text for the scan."""
+    plain_in, temporary = _decompressed(src, budget, work_path.with_suffix(".in"))
+    parts: list[Path] = []
+    try:
+        with plain_in.open("rb") as fh:
+            _check_text(fh.read(8192), src.name)
+        size = plain_in.stat().st_size
+        if size == 0:
+            raise InputError(f"{src.name}: the log is empty")
+        cores = os.cpu_count() or 1
+        jobs = jobs if jobs > 0 else cores
+        ranges = split_points(plain_in, jobs) if jobs > 1 and size >= PARALLEL_REDACT_BYTES else [(0, size)]
+        tasks = [
+            (str(plain_in), a, b, str(work_path.with_suffix(f".part{i}"))) for i, (a, b) in enumerate(ranges)
+        ]
+        parts = [Path(t[3]) for t in tasks]
+        if len(tasks) == 1:
+            _redact_range(tasks[0])
+        else:
+            ctx = multiprocessing.get_context("fork")  # scan workers are single-threaded
+            with ProcessPoolExecutor(max_workers=len(tasks), mp_context=ctx) as pool:
+                list(pool.map(_redact_range, tasks))
+        buf = bytearray(COPY_CHUNK)
+        view = memoryview(buf)
+        with store.writer() as w, work_path.open("wb") as plain:
+            for part in parts:
+                with part.open("rb", buffering=0) as fh:
+                    while n := fh.readinto(view):
+                        data = bytes(view[:n])
+                        w.write(data)
+                        plain.write(data)
+                part.unlink()
+            return w.finish()
+    finally:
+        for part in parts:
+            part.unlink(missing_ok=True)
+        if temporary:
+            plain_in.unlink(missing_ok=True)
+
+
+def _read_config(path: Path, name: str) -> str:
+    raw = path.read_bytes() if path.stat().st_size <= MAX_CONFIG_BYTES else None
+    if raw is None:
+        raise InputTooLargeError(f"{name}: config file over {MAX_CONFIG_BYTES >> 20} MiB")
+    return redact_text(raw.decode("utf-8", errors="replace"))
+
+
+def _rule_texts(compiled: CompiledLibrary, analysis: dict[str, Any]) -> tuple[RuleRecord, ...]:
+    seen: dict[str, RuleRecord] = {}
+    for f in analysis.get("findings") or []:
+        rid = f["rule_id"]
+        lr = compiled.library.get(rid)
+        if lr is None or rid in seen:
+            continue
+        r = lr.rule
+        seen[rid] = RuleRecord(rid, r.version, lr.text, r.failure_class, r.title)
+    return tuple(seen.values())
+
+
+def _options(st: _WorkerState, framework: str | None, exit_code: int | None) -> TriageOptions:
+    return TriageOptions(jobs=st.settings.scan_jobs, max_bytes=0, framework=framework, exit_code=exit_code)
+
+
+def scan_upload(job: ScanJob) -> ScanOutcome | JobError:
+    """Worker: decompress, redact and store each upload as a pending blob, then triage it."""
+    st = _state()
+    budget = ByteBudget(st.settings.max_bytes)
+    pending: list[PendingBlob] = []
+    work: list[Path] = []
+    try:
+        stored: list[StoredFile] = []
+        sources: list[Source] = []
+        for f in job.files:
+            work_path = Path(f.path + ".plain")
+            work.append(work_path)
+            blob = _redact_to_blob(
+                Source(name=f.name, path=Path(f.path)),
+                st.store,
+                work_path,
+                budget,
+                jobs=st.settings.scan_jobs,
+            )
+            pending.append(blob)
+            stored.append(StoredFile(f.name, blob))
+            sources.append(Source(name=f.name, path=work_path, rank_hint=rank_from_name(f.name)))
+        config_view = None
+        config_stored = None
+        if job.config is not None:
+            text = _read_config(Path(job.config.path), job.config.name)
+            config_view = ConfigView.from_text(text, name=job.config.name)
+            with st.store.writer() as w:
+                w.write(text.encode("utf-8"))
+                cblob = w.finish()
+            pending.append(cblob)
+            config_stored = StoredFile(job.config.name, cblob)
+        analysis = triage(
+            sources=sources,
+            compiled=st.compiled,
+            options=_options(st, job.framework, job.exit_code),
+            config=config_view,
+        )
+        data = analysis.model_dump(mode="json")
+        return ScanOutcome(
+            analysis=data,
+            library_version=st.compiled.library.version,
+            rules=_rule_texts(st.compiled, data),
+            files=tuple(stored),
+            config=config_stored,
+        )
+    except LogtriageError as exc:
+        for p in pending:
+            st.store.discard(p)
+        return JobError.of(exc)
+    except BaseException:
+        for p in pending:
+            st.store.discard(p)
+        raise
+    finally:
+        for wp in work:
+            wp.unlink(missing_ok=True)
+
+
+def retriage_stored(job: RetriageJob) -> ScanOutcome | JobError:
+    """Worker: triage stored (redacted) logs again with this process's library."""
+    st = _state()
+    work_dir = st.store.tmp_dir / f"retriage-{os.getpid()}-{os.urandom(6).hex()}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        sources: list[Source] = []
+        for i, f in enumerate(job.files):
+            path = work_dir / f"{i}.log"
+            with st.store.open(f.sha256) as src, path.open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            sources.append(Source(name=f.name, path=path, rank_hint=rank_from_name(f.name)))
+        config_view = None
+        if job.config is not None:
+            with st.store.open(job.config.sha256) as src:
+                text = src.read().decode("utf-8", errors="replace")
+            config_view = ConfigView.from_text(text, name=job.config.name)
+        analysis = triage(
+            sources=sources,
+            compiled=st.compiled,
+            options=_options(st, job.framework, job.exit_code),
+            config=config_view,
+        )
+        data = analysis.model_dump(mode="json")
+        return ScanOutcome(
+            analysis=data, library_version=st.compiled.library.version, rules=_rule_texts(st.compiled, data)
+        )
+    except LogtriageError as exc:
+        return JobError.of(exc)
+    except FileNotFoundError as exc:
+        return JobError.of(InputError(f"stored log is missing from the blob store ({exc.filename})"))
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+# --- server side --------------------------------------------------------------------------------
+
+
+class ScanPool:
+    """Scan worker processes (spawned: no state is shared with the server's threads)."""
+
+    def __init__(self, settings: Settings, *, workers: int | None = None) -> None:
+        self.settings = settings
+        self.workers = workers or settings.analysis_workers
+        self._pool: ProcessPoolExecutor | None = None
+        self.ready = asyncio.Event()
+        self.library_version: str | None = None
+        self.failure: str | None = None
+
+    def _ensure(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=init_worker,
+                initargs=(worker_settings_payload(self.settings),),
+            )
+        return self._pool
+
+    async def call(self, fn: Callable[[T], R], arg: T) -> R:
+        pool = self._ensure()
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(pool, fn, arg)
+        except BrokenProcessPool as exc:
+            if self._pool is pool:
+                self._pool = None
+                pool.shutdown(wait=False, cancel_futures=True)
+            raise ServiceUnavailableError(
+                f"a scan worker process died ({exc}); retry the request (see the server log if it persists)"
+            ) from None
+
+    async def warmup(self) -> None:
+        try:
+            versions = await asyncio.gather(*(self.call(ping, None) for _ in range(self.workers)))
+            self.library_version = versions[0]
+            self.failure = None
+            self.ready.set()
+        except Exception as exc:  # readiness stays false; /readyz says why
+            self.failure = getattr(exc, "detail", None) or f"{type(exc).__name__}: {exc}"
+            log.error("scan workers failed to start: %s", self.failure)
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def runner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def spool_dir_for(data_dir: Path) -> Path:
+    d = data_dir / "tmp" / f"up-{os.getpid()}-{os.urandom(6).hex()}"
+    d.mkdir(parents=True)
+    return d
+
+
+def clean_stale_tmp(data_dir: Path) -> int:
+    """Remove staging files of server processes that are gone (safe while other servers run)."""
+    tmp = data_dir / "tmp"
+    if not tmp.is_dir():
+        return 0
+    removed = 0
+    for p in tmp.iterdir():
+        parts = p.name.split("-")
+        pid = next((int(x) for x in parts[1:2] if x.isdigit()), None)
+        if pid is None or pid == os.getpid() or _alive(pid):
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def commit_blobs(store: DirectoryBlobStore, outcome: ScanOutcome) -> list[str]:
+    """Move the outcome's pending blobs into place; return the ones that were new."""
+    new: list[str] = []
+    pending = [f.blob for f in outcome.files] + ([outcome.config.blob] if outcome.config else [])
+    try:
+        for blob in pending:
+            if store.commit(blob):
+                new.append(blob.sha256)
+    except BaseException:
+        for blob in pending:
+            store.discard(blob)
+        for sha in new:
+            store.delete(sha)
+        raise
+    return new
+
+
+def discard_outcome(store: DirectoryBlobStore, outcome: ScanOutcome) -> None:
+    for f in outcome.files:
+        store.discard(f.blob)
+    if outcome.config:
+        store.discard(outcome.config.blob)
+
+
+def unexpected(exc: BaseException) -> LogtriageError:
+    if isinstance(exc, LogtriageError):
+        return exc
+    return InternalError(f"unexpected {type(exc).__name__}; the server log has the details")
+
+
+def remove_tree(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _file_record(f: StoredFile) -> FileRecord:
+    return FileRecord(f.name, StoredBlob(f.blob.sha256, f.blob.size, f.blob.stored_size))
+
+
+def problem_of(exc: LogtriageError) -> dict[str, Any]:
+    return {
+        "type": f"/problems/{exc.slug}",
+        "title": exc.title,
+        "status": exc.http_status,
+        "detail": exc.detail,
+    }
+
+
+@dataclass(frozen=True)
+class Started:
+    analysis_id: str
+    task: asyncio.Task[None] | None  # None when an idempotent replay found an earlier request
+    replayed: bool = False
+
+
+class AnalysisService:
+    """Runs analyses for the API: pending row -> scan in a worker -> blobs + rows committed together."""
+
+    def __init__(
+        self, *, settings: Settings, db: Database, store: DirectoryBlobStore, pool: ScanPool
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.store = store
+        self.pool = pool
+        self.runner = runner_id()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- new analyses ---------------------------------------------------------------------------
+
+    async def start(
+        self,
+        *,
+        job: ScanJob,
+        spool: Path,
+        meta: JobMeta,
+        token_id: int | None,
+        idempotency_scope: str,
+        idempotency_key: str | None,
+        request_digest: str,
+    ) -> Started:
+        try:
+            analysis_id, replayed = await asyncio.to_thread(
+                self._begin, meta, token_id, idempotency_scope, idempotency_key, request_digest
+            )
+        except BaseException:
+            remove_tree(spool)
+            raise
+        if replayed:
+            remove_tree(spool)
+            return Started(analysis_id, None, replayed=True)
+        task = asyncio.create_task(self._process(analysis_id, job, spool), name=f"analysis-{analysis_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._forget)
+        return Started(analysis_id, task)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: failures are stored on the analysis
+
+    def _begin(
+        self,
+        meta: JobMeta,
+        token_id: int | None,
+        scope: str,
+        key: str | None,
+        digest: str,
+    ) -> tuple[str, bool]:
+        from app.errors import IdempotencyKeyReusedError
+
+        with self.db.write() as s:
+            if key:
+                existing = repo.find_idempotent(s, scope=scope, key=key)
+                if existing is not None:
+                    if existing.request_digest != digest:
+                        raise IdempotencyKeyReusedError(
+                            f"Idempotency-Key {key!r} was used for a different request (analysis "
+                            f"{existing.id}); use a new key for a new upload"
+                        )
+                    return existing.id, True
+            row = repo.create_pending(
+                s,
+                meta=meta,
+                token_id=token_id,
+                runner=self.runner,
+                idempotency_scope=scope,
+                idempotency_key=key,
+                request_digest=digest,
+            )
+            return row.id, False
+
+    async def _process(self, analysis_id: str, job: ScanJob, spool: Path) -> None:
+        try:
+            result = await self.pool.call(scan_upload, job)
+            if isinstance(result, JobError):
+                raise result.to_exception()
+            await asyncio.to_thread(self._persist, analysis_id, result)
+        except asyncio.CancelledError:
+            await asyncio.to_thread(self._fail, analysis_id, ServiceUnavailableError("the server shut down"))
+            raise
+        except BaseException as exc:
+            err = unexpected(exc)
+            if err is not exc:
+                log.error("analysis %s failed", analysis_id, exc_info=exc)
+            await asyncio.to_thread(self._fail, analysis_id, err)
+            raise err from None
+        finally:
+            remove_tree(spool)
+
+    def _persist(self, analysis_id: str, outcome: ScanOutcome) -> None:
+        new = commit_blobs(self.store, outcome)
+        try:
+            with self.db.write() as s:
+                repo.complete_analysis(
+                    s,
+                    analysis_id=analysis_id,
+                    analysis=outcome.analysis,
+                    library_version=outcome.library_version,
+                    files=[_file_record(f) for f in outcome.files],
+                    config=_file_record(outcome.config) if outcome.config else None,
+                    rules=outcome.rules,
+                )
+        except BaseException:
+            self._drop_new_blobs(new)
+            raise
+
+    def _drop_new_blobs(self, shas: list[str]) -> None:
+        for sha in shas:
+            try:
+                with self.db.read() as s:
+                    referenced = repo.blob_referenced(s, sha256=sha)
+            except Exception:
+                referenced = False
+            if not referenced:
+                self.store.delete(sha)
+
+    def _fail(self, analysis_id: str, err: LogtriageError) -> None:
+        try:
+            with self.db.write() as s:
+                repo.fail_analysis(s, analysis_id=analysis_id, problem=problem_of(err))
+        except Exception:
+            log.exception("cannot mark analysis %s failed", analysis_id)
+
+    async def discard(self, analysis_id: str) -> None:
+        """Remove an analysis whose synchronous request failed (the client got the error)."""
+
+        def _delete() -> None:
+            with self.db.write() as s:
+                repo.delete_analysis(s, analysis_id=analysis_id)
+
+        await asyncio.to_thread(_delete)
+
+    # -- re-triage ------------------------------------------------------------------------------
+
+    def _retriage_job(self, analysis_id: str) -> RetriageJob:
+        from app.errors import AnalysisNotReadyError
+
+        with self.db.read() as s:
+            row = repo.get_analysis(s, analysis_id=analysis_id, full=True)
+            if row.status != "done":
+                raise AnalysisNotReadyError(
+                    f"analysis {row.id} is {row.status}; only finished analyses re-run"
+                )
+            files = tuple(StoredInput(f.name, f.blob_sha256, f.size) for f in row.files)
+            config = (
+                StoredInput(row.config_name or "config", row.config_sha256, 0) if row.config_sha256 else None
+            )
+            return RetriageJob(files=files, config=config, framework=row.framework, exit_code=row.exit_code)
+
+    async def retriage(self, analysis_id: str) -> tuple[str, dict[str, Any]]:
+        job = await asyncio.to_thread(self._retriage_job, analysis_id)
+        result = await self.pool.call(retriage_stored, job)
+        if isinstance(result, JobError):
+            raise result.to_exception()
+
+        def _apply() -> tuple[str, dict[str, Any]]:
+            with self.db.write() as s:
+                row, changes = repo.apply_retriage(
+                    s,
+                    analysis_id=analysis_id.upper(),
+                    analysis=result.analysis,
+                    library_version=result.library_version,
+                    rules=result.rules,
+                )
+                return row.id, changes
+
+        return await asyncio.to_thread(_apply)
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    async def drain(self, timeout: float) -> None:
+        tasks = list(self._tasks)
+        if not tasks:
+            return
+        _done, pending = await asyncio.wait(tasks, timeout=timeout)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+
+def retriage_local(
+    *, db: Database, settings: Settings, analysis_ids: list[str], dry_run: bool = False
+) -> list[tuple[str, dict[str, Any]]]:
+    """Re-triage in this process (the CLI's bulk `logtriage retriage`; call `init_local` first).
+
+    Returns (analysis id, changes) per analysis.
+    """
+    out: list[tuple[str, dict[str, Any]]] = []
+    for aid in analysis_ids:
+        with db.read() as s:
+            row = repo.get_analysis(s, analysis_id=aid, full=True)
+            job = RetriageJob(
+                files=tuple(StoredInput(f.name, f.blob_sha256, f.size) for f in row.files),
+                config=StoredInput(row.config_name or "config", row.config_sha256, 0)
+                if row.config_sha256
+                else None,
+                framework=row.framework,
+                exit_code=row.exit_code,
+            )
+            old = row.result
+        result = retriage_stored(job)
+        if isinstance(result, JobError):
+            out.append((aid, {"error": result.detail, "changed": False}))
+            continue
+        if dry_run:
+            out.append((aid, repo.diff_results(old, result.analysis)))
+            continue
+        with db.write() as s:
+            _row, changes = repo.apply_retriage(
+                s,
+                analysis_id=aid,
+                analysis=result.analysis,
+                library_version=result.library_version,
+                rules=result.rules,
+            )
+        out.append((aid, changes))
+    return out

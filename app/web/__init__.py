@@ -1,0 +1,1 @@
+"""Web edge: HTML templates (the report permalink); the upload UI comes later."""

@@ -1,0 +1,239 @@
+"""Storage functions, the blob store and the persist step, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.blobstore import blob_store_for
+from app.db import repo
+from app.db.migrate import upgrade
+from app.db.session import Database
+from app.errors import ConflictError, NotFoundError, UsageError
+from app.fingerprint import fingerprint
+from app.pipeline import AnalysisService, ScanOutcome, ScanPool, StoredFile
+from tests.conftest import Analyze
+from tests.servicekit import ECC, OOM, PgSchemas, make_settings
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'repo.db'}"
+    else:
+        schemas: PgSchemas = request.getfixturevalue("pg_schemas")
+        url = schemas.new()
+    database = Database(url)
+    upgrade(database.engine)
+    try:
+        yield database
+    finally:
+        database.dispose()
+
+
+def result_of(analyze: Analyze, text: str, **opts: Any) -> dict[str, Any]:
+    return analyze(text, **opts).model_dump(mode="json")
+
+
+def store_analysis(
+    db: Database,
+    tmp_path: Path,
+    analysis: dict[str, Any],
+    *,
+    content: bytes,
+    meta: repo.JobMeta | None = None,
+) -> str:
+    store = blob_store_for(tmp_path / "data")
+    with store.writer() as w:
+        w.write(content)
+        blob = w.finish()
+    store.commit(blob)
+    with db.write() as s:
+        row = repo.create_pending(s, meta=meta or repo.JobMeta(), token_id=None, runner="test:1")
+        repo.complete_analysis(
+            s,
+            analysis_id=row.id,
+            analysis=analysis,
+            library_version="0.1.0",
+            files=[repo.FileRecord("job.log", repo.StoredBlob(blob.sha256, blob.size, blob.stored_size))],
+            config=None,
+            rules=[
+                repo.RuleRecord(
+                    "cuda-out-of-memory", 1, "id: cuda-out-of-memory\n", "cuda.out_of_memory", "OOM"
+                )
+            ],
+        )
+        return row.id
+
+
+def test_ids_are_ulids_sorted_by_time() -> None:
+    a = repo.new_id(dt.datetime(2024, 1, 1, tzinfo=dt.UTC))
+    b = repo.new_id(dt.datetime(2025, 1, 1, tzinfo=dt.UTC))
+    assert len(a) == 26 and a < b and repo.is_valid_id(a)
+    assert repo.id_time(b).year == 2025
+    assert not repo.is_valid_id("../../etc/passwd") and not repo.is_valid_id("Z" * 26)
+
+
+def test_fingerprint_ignores_volatile_parts() -> None:
+    assert fingerprint("oom", {"size": "1.96 GiB"}) == fingerprint("oom", {"size": "3.50 GiB"})
+    assert fingerprint("oom", {"size": "1 GiB", "host": "node-1"}) == fingerprint(
+        "oom", {"size": "2 GiB", "host": "n9"}
+    )
+    assert fingerprint("oom", {"op": "ALLREDUCE"}) != fingerprint("oom", {"op": "BROADCAST"})
+    assert fingerprint("oom", {}) != fingerprint("ecc", {})
+
+
+def test_complete_list_recurrence_and_suspects(db: Database, tmp_path: Path, analyze: Analyze) -> None:
+    ids = []
+    for i, gib in enumerate(("1.5", "2.5")):
+        res = result_of(analyze, OOM.format(gib=gib))
+        ids.append(
+            store_analysis(
+                db, tmp_path, res, content=f"oom {i}\n".encode(), meta=repo.JobMeta(job_id=f"j{i}")
+            )
+        )
+    ecc = result_of(analyze, ECC.format(ip="10.0.0.5"))
+    for i in range(2):
+        store_analysis(db, tmp_path, ecc, content=f"ecc {i}\n".encode(), meta=repo.JobMeta(job_id=f"e{i}"))
+    dup = store_analysis(db, tmp_path, ecc, content=b"ecc 0\n", meta=repo.JobMeta(job_id="e9"))
+    with db.read() as s:
+        rows, cursor = repo.list_analyses(
+            s, filters=repo.AnalysisFilter(failure_class="cuda.out_of_memory"), limit=1
+        )
+        assert len(rows) == 1 and rows[0].id == ids[1] and cursor
+        more, end = repo.list_analyses(
+            s, filters=repo.AnalysisFilter(failure_class="cuda.out_of_memory"), limit=1, cursor=cursor
+        )
+        assert [r.id for r in more] == [ids[0]] and end is None
+        row = repo.get_analysis(s, analysis_id=ids[0])
+        rec = repo.recurrence(s, fingerprint_=row.fingerprint or "", days=7)
+        assert rec is not None and rec.total == 2 and rec.jobs == 2 and rec.first_analysis_id == ids[0]
+        assert repo.get_analysis(s, analysis_id=dup).duplicate_of_id is not None
+        suspects = repo.suspect_hosts(s, days=7, min_jobs=2)
+        assert [x.host for x in suspects] == ["10.0.0.5"] and suspects[
+            0
+        ].jobs == 2  # the duplicate does not count
+        assert repo.suspect_hosts(s, days=7, min_jobs=3) == []
+        now = dt.datetime.now(dt.UTC)
+        st = repo.stats(
+            s,
+            since=now - dt.timedelta(days=1),
+            until=now + dt.timedelta(minutes=1),
+            recurrence_days=7,
+            suspect_min_jobs=2,
+        )
+        assert st["by_class"]["cuda.out_of_memory"] == 2 and st["by_kind"]["hardware"] == 3
+        assert st["top_recurring"][0]["count"] == 2
+        with pytest.raises(UsageError):
+            repo.decode_cursor("nope")
+        with pytest.raises(NotFoundError):
+            repo.get_analysis(s, analysis_id=repo.new_id())
+        versions = repo.rule_versions(s, rule_id="cuda-out-of-memory")
+        assert len(versions) == 1  # one row for many analyses of the same rule version
+
+
+def test_idempotency_key_is_unique_per_scope(db: Database) -> None:
+    with db.write() as s:
+        repo.create_pending(
+            s, meta=repo.JobMeta(), token_id=None, runner="t:1", idempotency_scope="open", idempotency_key="k"
+        )
+    with pytest.raises(ConflictError), db.write() as s:
+        repo.create_pending(
+            s, meta=repo.JobMeta(), token_id=None, runner="t:1", idempotency_scope="open", idempotency_key="k"
+        )
+    with db.write() as s:
+        repo.create_pending(
+            s,
+            meta=repo.JobMeta(),
+            token_id=None,
+            runner="t:1",
+            idempotency_scope="token:1",
+            idempotency_key="k",
+        )
+        assert repo.find_idempotent(s, scope="open", key="k") is not None
+
+
+def test_tokens_store_only_a_hash(db: Database) -> None:
+    with db.write() as s:
+        row, secret = repo.create_token(s, name="hook", scopes=["ingest"])
+        assert row.token_hash == hashlib.sha256(secret.encode()).hexdigest() and secret not in (
+            row.prefix + row.token_hash
+        )
+        _, old = repo.create_token(
+            s, name="old", scopes=["read"], expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(days=1)
+        )
+    with db.read() as s:
+        assert repo.token_for_secret(s, secret=secret) is not None
+        assert repo.token_for_secret(s, secret=old) is None  # expired
+        assert repo.any_active_token(s)
+    with db.write() as s:
+        repo.revoke_token(s, name_or_id="hook")
+    with db.read() as s:
+        assert repo.token_for_secret(s, secret=secret) is None
+        assert not repo.any_active_token(s)
+    with pytest.raises(UsageError), db.write() as s:
+        repo.create_token(s, name="x", scopes=["root"])
+
+
+def test_blob_store_is_atomic_and_content_addressed(tmp_path: Path) -> None:
+    store = blob_store_for(tmp_path)
+    pend = []
+    for _ in range(2):
+        with store.writer() as w:
+            w.write(b"hello\n" * 1000)
+            pend.append(w.finish())
+    assert pend[0].sha256 == pend[1].sha256 == hashlib.sha256(b"hello\n" * 1000).hexdigest()
+    assert pend[0].stored_size < pend[0].size
+    assert store.commit(pend[0]) is True
+    assert store.commit(pend[1]) is False  # already there
+    assert list(store.iter_blobs()) == [pend[0].sha256]
+    with store.open(pend[0].sha256) as fh:
+        assert fh.read() == b"hello\n" * 1000
+    assert not list((tmp_path / "tmp").glob("blob-*"))
+    with pytest.raises(RuntimeError), store.writer() as w:
+        w.write(b"half")
+        raise RuntimeError("crash mid-write")
+    assert not list((tmp_path / "tmp").glob("blob-*"))  # no half blob left behind
+
+
+def test_failed_database_write_deletes_the_new_blob(db: Database, tmp_path: Path, analyze: Analyze) -> None:
+    settings = make_settings(tmp_path / "data", db.url)
+    store = blob_store_for(settings.data_dir)
+    service = AnalysisService(settings=settings, db=db, store=store, pool=ScanPool(settings))
+    result = result_of(analyze, OOM.format(gib="1"))
+    # the analysis row does not exist: the insert fails, and the blob it created goes away
+    with pytest.raises(NotFoundError):
+        service._persist(repo.new_id(), outcome_for(store, result, b"new content\n"))
+    assert list(store.iter_blobs()) == []
+    assert not list((settings.data_dir / "tmp").glob("blob-*"))
+    # a blob another analysis refers to survives a failed insert that reused it
+    store_analysis(db, tmp_path, result, content=b"shared\n")  # same data dir: tmp_path / "data"
+    before = set(store.iter_blobs())
+    assert len(before) == 1
+    with pytest.raises(NotFoundError):
+        service._persist(repo.new_id(), outcome_for(store, result, b"shared\n"))
+    assert set(store.iter_blobs()) == before
+
+
+def outcome_for(store: Any, result: dict[str, Any], content: bytes) -> ScanOutcome:
+    with store.writer() as w:
+        w.write(content)
+        blob = w.finish()
+    return ScanOutcome(analysis=result, library_version="0.1.0", rules=(), files=(StoredFile("a.log", blob),))
+
+
+def test_mark_interrupted(db: Database) -> None:
+    with db.write() as s:
+        gone = repo.create_pending(s, meta=repo.JobMeta(), token_id=None, runner="hostA:999999")
+        alive = repo.create_pending(s, meta=repo.JobMeta(), token_id=None, runner="hostA:1")
+        other = repo.create_pending(s, meta=repo.JobMeta(), token_id=None, runner="hostB:999999")
+        ids = gone.id, alive.id, other.id
+    with db.write() as s:
+        assert repo.mark_interrupted(s, host="hostA", alive=[1]) == 1
+    with db.read() as s:
+        assert [repo.get_analysis(s, analysis_id=i).status for i in ids] == ["failed", "pending", "pending"]

@@ -1,0 +1,154 @@
+"""Service commands as users run them: `serve` on a fresh data dir, bulk `retriage`, `db gc`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import RULES, make_rules_dir
+from tests.servicekit import (
+    NCCL_TIMEOUT,
+    OOM,
+    ROOT,
+    blob_files,
+    cli_env,
+    free_port,
+    live_server,
+    make_settings,
+    run_cli,
+    training_log,
+)
+
+
+def test_serve_starts_on_a_fresh_machine(tmp_path: Path) -> None:
+    """The README's command, nothing configured but a data dir and a port."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGTRIAGE_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+        cwd=tmp_path,  # ./data is created here
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        ready = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                ready = httpx.get(f"{url}/readyz", timeout=2)
+                if ready.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        assert ready is not None and ready.status_code == 200, proc.stdout.read() if proc.stdout else ""
+        r = httpx.post(
+            f"{url}/api/v1/analyses",
+            content=training_log(OOM.format(gib="1")),
+            headers={"Content-Type": "text/plain"},
+            timeout=60,
+        )
+        assert r.status_code == 201
+        assert (tmp_path / "data" / "logtriage.db").is_file()
+        assert blob_files(tmp_path / "data")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert "runs OPEN" in out and "loopback" in out  # it says so on start
+    assert "docs http://127.0.0.1" in out
+
+
+def test_bulk_retriage_after_a_library_release(db_url: str, tmp_path: Path) -> None:
+    # the old library: one unrelated rule, so a collective timeout is unknown
+    ecc = "hardware/cuda-uncorrectable-ecc.yaml"
+    nccl = "nccl/nccl-watchdog-collective-timeout.yaml"
+    for d in ("old", "new"):
+        (tmp_path / d).mkdir()
+    old_lib = make_rules_dir(tmp_path / "old", {ecc: (RULES / ecc).read_text()})
+    new_lib = make_rules_dir(
+        tmp_path / "new", {ecc: (RULES / ecc).read_text(), nccl: (RULES / nccl).read_text()}
+    )
+    settings = make_settings(tmp_path / "data", db_url, rules_dir=old_lib)
+    with live_server(settings) as srv, srv.client() as c:
+        job = f"rt-{time.time_ns()}"
+        first = c.post(
+            "/api/v1/analyses",
+            content=training_log(NCCL_TIMEOUT).encode(),
+            params={"job_id": job},
+            headers={"Content-Type": "text/plain"},
+        ).json()
+        assert first["root_cause"] is None and first["library_version"]
+
+        new_env = cli_env(settings, LOGTRIAGE_RULES_DIR=str(new_lib))
+        dry = run_cli("retriage", "--since", "1h", "--dry-run", env=new_env)
+        assert dry.returncode == 0, dry.stderr
+        assert "1 analysis would move from unknown to nccl.collective_timeout" in dry.stdout
+        assert c.get(first["links"]["self"]).json()["root_cause"] is None  # dry run stored nothing
+
+        res = run_cli("retriage", "--since", "1h", "--class", "unknown", env=new_env)
+        assert res.returncode == 0, res.stderr
+        assert "1 analysis moved from unknown to nccl.collective_timeout" in res.stdout
+        after = c.get(first["links"]["self"]).json()
+        assert after["root_cause"]["failure_class"] == "nccl.collective_timeout"
+        assert after["retriaged_at"]
+        listed = c.get("/api/v1/analyses", params={"class": "nccl.collective_timeout", "job_id": job}).json()
+        assert [x["id"] for x in listed["items"]] == [first["id"]]
+
+        # the rule is not in the server's (old) library, but its stored text still renders
+        rule_id = after["root_cause"]["rule_id"]
+        stored = c.get(f"/api/v1/rules/{rule_id}").json()
+        assert stored["current"] is False and f"id: {rule_id}" in stored["yaml"]
+        html = c.get(after["permalink"]).text
+        assert f"id: {rule_id}" in html
+
+        # the API re-runs with the server's own library: back to unknown, and it says so
+        api = c.post(first["links"]["retriage"]).json()
+        assert api["summary"] == "moved from nccl.collective_timeout to unknown"
+        assert api["changes"]["removed_rules"] == [rule_id]
+
+        again = run_cli("retriage", "--since", "1h", "--json", env=new_env)
+        assert again.returncode == 0 and '"moved"' in again.stdout
+        assert run_cli(
+            "retriage", "--since", "2000-01-01", "--until", "2000-01-02", env=new_env
+        ).stdout.startswith("no analyses")
+
+
+def test_db_gc_removes_orphans_only(db_url: str, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "data", db_url)
+    with live_server(settings) as srv, srv.client() as c:
+        c.post(
+            "/api/v1/analyses",
+            content=training_log(OOM.format(gib="1")).encode(),
+            headers={"Content-Type": "text/plain"},
+        )
+    blobs = blob_files(settings.data_dir)
+    assert len(blobs) == 1
+    from app.blobstore import blob_store_for
+
+    orphan = blob_store_for(settings.data_dir).path_of("0" * 64)  # a blob no row knows (a crash)
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"x")
+    os.utime(orphan, (time.time() - 7200, time.time() - 7200))
+    res = run_cli("db", "gc", env=cli_env(settings))
+    assert res.returncode == 0, res.stderr
+    assert "0 unreferenced blobs and 1 orphan blob files" in res.stdout
+    assert blob_files(settings.data_dir) == blobs
+
+
+@pytest.mark.parametrize("argv", [["db"], ["tokens"]])
+def test_service_groups_without_action_print_help(argv: list[str]) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "app.cli", *argv], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert res.returncode == 2

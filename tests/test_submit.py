@@ -1,0 +1,156 @@
+"""`logtriage submit` as a hook runs it: a subprocess against a real server."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.servicekit import (
+    OOM,
+    ROOT,
+    LiveServer,
+    cli_env,
+    free_port,
+    live_server,
+    make_settings,
+    training_log,
+)
+
+
+def submit(
+    server_url: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "submit", "--url", server_url, *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def analysis(client: httpx.Client, url: str) -> dict:  # type: ignore[type-arg]
+    aid = url.rstrip("/").split("/")[-2]
+    return client.get(f"/api/v1/analyses/{aid}").json()  # type: ignore[no-any-return]
+
+
+def report_url(stdout: str) -> str:
+    return next(line.split("report: ", 1)[1].strip() for line in stdout.splitlines() if "report: " in line)
+
+
+def test_submit_prints_root_cause_fix_and_report(
+    server: LiveServer, client: httpx.Client, tmp_path: Path
+) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(training_log(OOM.format(gib="1.96")))
+    res = submit(
+        server.url,
+        str(log),
+        "--job-id",
+        "sub-1",
+        "--exit-code",
+        "1",
+        "--label",
+        "team=rl",
+        env=cli_env(server.settings),
+    )
+    assert res.returncode == 0, res.stderr
+    assert "logtriage: root cause: CUDA out of memory" in res.stdout or "root cause:" in res.stdout
+    assert "fix:" in res.stdout
+    url = report_url(res.stdout)
+    a = analysis(client, url)
+    assert a["metadata"]["job_id"] == "sub-1" and a["metadata"]["exit_code"] == 1
+    assert a["metadata"]["source"] == "cli" and a["metadata"]["labels"] == {"team": "rl"}
+    assert a["metadata"]["host"]  # the submitting host by default
+    assert a["files"][0]["name"] == "train.log"
+    assert client.get(a["links"]["log"]).text == log.read_text()
+
+
+def test_submit_several_files_and_config(server: LiveServer, client: httpx.Client, tmp_path: Path) -> None:
+    r0 = tmp_path / "rank0.log"
+    r0.write_text(training_log(OOM.format(gib="2.5")))
+    r1 = tmp_path / "rank1.log.gz"
+    r1.write_bytes(gzip.compress(training_log("all good\n").encode()))
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text("trainer:\n  total_epochs: 1\n")
+    res = submit(server.url, str(r0), str(r1), "--config", str(cfg), "--json", env=cli_env(server.settings))
+    assert res.returncode == 0, res.stderr
+    import json
+
+    a = json.loads(res.stdout)
+    assert [f["name"] for f in a["files"]] == ["rank0.log", "rank1.log.gz"]
+    assert a["config"]["name"] == "job.yaml"
+    assert client.get(a["files"][1]["url"]).text == training_log("all good\n")
+
+
+def test_huge_log_goes_as_head_and_tail(server: LiveServer, client: httpx.Client, tmp_path: Path) -> None:
+    log = tmp_path / "huge.log"
+    body = training_log("", steps=40_000)  # ~3 MB of steps
+    log.write_text(body + OOM.format(gib="8.0"))
+    res = submit(
+        server.url, str(log), "--max-bytes", "1M", "--head-bytes", "256K", env=cli_env(server.settings)
+    )
+    assert res.returncode == 0, res.stderr
+    assert "sent the head and tail of huge.log" in res.stderr
+    a = analysis(client, report_url(res.stdout))
+    assert a["root_cause"]["failure_class"] == "cuda.out_of_memory"
+    stored = client.get(a["links"]["log"]).text
+    assert "[logtriage submit:" in stored and "omitted here" in stored
+    assert len(stored) < (1 << 20) + 1000
+    assert stored.startswith(body[:1000])
+    # cut on line boundaries
+    for line in stored.splitlines():
+        assert line.startswith(("[job] step", "[logtriage submit:", "(WorkerDict")) or line == ""
+
+
+def test_unreachable_service_never_fails_the_job(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(OOM.format(gib="1"))
+    url = f"http://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    res = submit(url, str(log), "--retries", "1", "--timeout", "5")
+    assert res.returncode == 0
+    assert "submit attempt 1/2 failed" in res.stderr
+    assert "submit failed: gave up after 2 attempts" in res.stderr
+    assert "exit status is unaffected" in res.stderr
+    assert time.monotonic() - t0 < 30
+    strict = submit(url, str(log), "--retries", "0", "--strict")
+    assert strict.returncode == 3
+
+
+def test_client_errors_are_not_retried(server: LiveServer, tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(OOM.format(gib="1"))
+    res = submit(server.url, str(log), "--framework", "tensorflow", env=cli_env(server.settings))
+    assert res.returncode == 0
+    assert "HTTP 422" in res.stderr and "framework" in res.stderr
+    assert "attempt" not in res.stderr
+    missing = submit(server.url, str(tmp_path / "nope.log"))
+    assert missing.returncode == 0 and "no such file" in missing.stderr
+
+
+def test_retries_until_the_service_is_up(db_url: str, tmp_path: Path) -> None:
+    """The service restarts while a job fails: submit's backoff bridges the gap."""
+    log = tmp_path / "job.log"
+    log.write_text(training_log(OOM.format(gib="3.3")))
+    port = free_port()
+    out: dict[str, subprocess.CompletedProcess[str]] = {}
+    t = threading.Thread(
+        target=lambda: out.setdefault("res", submit(f"http://127.0.0.1:{port}", str(log), "--retries", "6"))
+    )
+    t.start()
+    time.sleep(1.5)
+    settings = make_settings(tmp_path / "data", db_url)
+    with live_server(settings, port=port):
+        t.join(120)
+    res = out["res"]
+    assert res.returncode == 0, res.stderr
+    assert "submit attempt 1/7 failed" in res.stderr
+    assert "root cause:" in res.stdout
