@@ -34,7 +34,7 @@ from app.db.session import Database
 from app.engine.ingest import ByteBudget, Source, open_source, rank_from_name
 from app.engine.library import Library, load_library
 from app.engine.patches import ConfigView
-from app.engine.redact import redact_text
+from app.engine.redact import redact_stream, redact_text
 from app.engine.scan import CompiledLibrary, split_points
 from app.engine.triage import TriageOptions, default_cache_dir, triage
 from app.errors import (
@@ -46,7 +46,6 @@ from app.errors import (
     UnsupportedMediaError,
     all_errors,
 )
-from app.redaction import fast_redact_stream
 from app.settings import Settings
 
 log = logging.getLogger("logtriage.pipeline")
@@ -217,7 +216,7 @@ def _redact_range(task: tuple[str, int, int, str]) -> str:
     path, start, end, out = task
     reader = io.BufferedReader(_RangeFile(Path(path), start, end), buffer_size=COPY_CHUNK)
     with reader as src, open(out, "wb") as dst:
-        for chunk in fast_redact_stream(src):
+        for chunk in redact_stream(src):
             dst.write(chunk)
     return out
 

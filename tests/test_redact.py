@@ -67,3 +67,53 @@ def test_stream_redaction_is_line_aligned_and_lossless_elsewhere() -> None:
     assert b"hf_abcdefghijklmnopqrstuvwxyz" not in out
     assert out.replace(b"[REDACTED:huggingface-token]", b"").count(b"\n") == data.count(b"\n")
     assert out.startswith(body) and out.endswith(body)
+
+
+KEY = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA1c7+9z5Pad\nQW2xdGVzdGtleWJvZHkxMjM0\n-----END RSA PRIVATE KEY-----\n"
+
+
+def test_multiline_private_key_is_withheld_line_for_line() -> None:
+    data = b"before\n" + KEY.encode() + b"after\n"
+    out = b"".join(redact_stream(io.BytesIO(data)))
+    assert b"MIIE" not in out and b"QW2x" not in out
+    assert out == b"before\n" + b"[REDACTED:private-key]\n" * 4 + b"after\n"
+
+
+def test_key_split_across_blocks_and_missing_end_is_bounded() -> None:
+    data = b"x\n" * 10 + KEY.encode() + b"y\n" * 10
+    out = b"".join(redact_stream(io.BytesIO(data), chunk_size=16))
+    assert out.count(b"[REDACTED:private-key]") == 4 and out.endswith(b"y\n" * 10)
+    no_end = b"-----BEGIN PRIVATE KEY-----\n" + b"AAAA\n" * 300
+    out = b"".join(redact_stream(io.BytesIO(no_end)))
+    assert out.count(b"[REDACTED:private-key]") == 201  # BEGIN line + at most 200 body lines
+    assert out.endswith(b"AAAA\n" * 99)
+
+
+def test_json_escaped_key_on_one_line() -> None:
+    line = '{"private_key": "' + KEY.replace("\n", "\\n") + '", "x": 1}'
+    out = redact_text(line)
+    assert "MIIE" not in out and '"x": 1' in out
+
+
+def test_pathological_line_is_withheld_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    import regex
+
+    from app.engine import redact
+
+    slow = regex.compile(r"(a|aa)+c")
+    monkeypatch.setattr(redact, "_COMPILED", [("slow", slow)])
+    assert redact.redact_text("a" * 60) == "[REDACTED:unverifiable-line]"
+
+
+def test_stream_redaction_equals_line_by_line_redaction() -> None:
+    # The multi-pattern prefilter only skips lines: every line comes out as redact_text makes it.
+    import random
+
+    rng = random.Random(5)
+    pieces = [line for _, line, _ in SECRETS] + ["plain line", "num_tokens: 7", "pad_token: <s>", "x@y", ""]
+    lines = [
+        rng.choice(pieces) + ("" if rng.random() < 0.5 else f" tail{rng.randint(0, 9)}") for _ in range(5000)
+    ]
+    data = "\n".join(lines).encode() + b"\n"
+    out = b"".join(redact_stream(io.BytesIO(data), chunk_size=4096)).decode()
+    assert out.splitlines() == [redact_text(line) for line in lines]

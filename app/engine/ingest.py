@@ -122,11 +122,14 @@ class ByteBudget:
     def take(self, n: int, name: str) -> None:
         self.used += n
         if self.limit and self.used > self.limit:
-            raise InputTooLargeError(
-                f"{name}: input exceeds the limit of {human_bytes(self.limit)} "
-                f"(decompressed); raise it with --max-bytes (0 = no limit) or pass the "
-                f"tail of the log, e.g. `tail -c 2G job.log`"
-            )
+            raise too_large(f"{name}: input exceeds the limit of {human_bytes(self.limit)} (decompressed)")
+
+
+def too_large(what: str) -> InputTooLargeError:
+    return InputTooLargeError(
+        f"{what}; raise the limit (CLI --max-bytes, service LOGTRIAGE_MAX_BYTES; 0 = none) "
+        "or pass the tail of the log, e.g. `tail -c 2G job.log`"
+    )
 
 
 def human_bytes(n: int) -> str:

@@ -147,6 +147,15 @@ class RegexMatcher:
             start = end + 1
 
 
+class NullMatcher:
+    """No patterns (a library of trigger-only rules): nothing to report, nothing to compile."""
+
+    name = "none"
+
+    def scan(self, chunk: memoryview, out: list[tuple[int, int]]) -> None:
+        return None
+
+
 def build_matcher(
     patterns: Sequence[PatternSpec],
     *,
@@ -157,6 +166,8 @@ def build_matcher(
     """Pattern i reports as id ``id_offset + i`` (two matchers can share one entry table)."""
     if engine not in {"auto", "hyperscan", "regex"}:
         raise ValueError(f"unknown engine {engine!r}")
+    if not patterns:
+        return NullMatcher()
     if engine == "regex" or (engine == "auto" and not hyperscan_available()):
         return RegexMatcher(patterns, id_offset=id_offset)
     return HyperscanMatcher(patterns, cache_dir=cache_dir, id_offset=id_offset)

@@ -1,89 +1,100 @@
 """Secret redaction: nothing unredacted is stored, shown or sent.
 
 Secrets become ``[REDACTED:kind]``. Training logs leak secrets in predictable places: env dumps
-(``WANDB_API_KEY=...``), launcher command lines (``--hf-token``), URLs with credentials, and
-cloud-provider keys in tracebacks. Patterns favour catching a secret over keeping a line intact.
+(``WANDB_API_KEY=...``), launcher command lines (``--hf-token ...``), URLs with credentials,
+cloud-provider keys in tracebacks, PEM blocks. Each rule names the secret with a ``secret`` group,
+so only the value is replaced and the key stays readable.
 
-``redact_text`` handles one string (evidence lines, captures). ``Redactor.redact_stream``
-streams a whole log (for the stored blob): a cheap literal pre-check skips the ~all lines that
-cannot hold a secret, so it runs at close to copy speed.
+Values must contain a letter: metrics such as ``total_num_tokens:12673904`` are not secrets, and
+tokenizer settings (``pad_token: <|endoftext|>``) are not either.
+
+``redact_text`` handles one string (evidence lines, captures). ``redact_stream`` streams a whole
+log (for the stored blob): the rules are compiled into the scanner's multi-pattern matcher (in
+prefilter mode: it may over-report, never miss), so only candidate lines reach the regexes.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import BinaryIO
 
 import regex
 
-_RULES: list[tuple[str, str]] = [
-    ("private-key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"),
-    ("aws-access-key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    ("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b"),
-    ("slack-token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"),
-    ("slack-webhook", r"https://hooks\.slack\.com/services/[A-Za-z0-9/]+"),
-    ("huggingface-token", r"\bhf_[A-Za-z0-9]{30,}\b"),
-    ("openai-key", r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}\b"),
-    ("jwt", r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
-    ("url-credentials", r"(?<=://[^/\s:@]{1,64}:)[^/\s@]{1,128}(?=@)"),
-    ("bearer", r"(?i)(?<=\bbearer\s)[A-Za-z0-9._~+/=-]{16,}"),
-    (
-        "secret-assignment",
-        r"(?i)(?<=\b[\w.-]*(?:api[_-]?key|secret|token|passw(?:or)?d|access[_-]?key|credential)s?"
-        r"[\"']?\s*[=:]\s*[\"']?)(?![\"']?\[REDACTED)[^\s\"',;}{]{6,}",
-    ),
-    (
-        "secret-flag",
-        r"(?i)(?<=--[\w-]*(?:api-key|token|secret|password)[= ])[^\s\"']{6,}",
-    ),
-]
-_COMPILED = [(kind, regex.compile(p)) for kind, p in _RULES]
-# Every pattern above needs one of these (lower-cased) literals on the line.
-_TRIGGERS = (
-    b"private key",
-    b"akia",
-    b"asia",
-    b"ghp_",
-    b"gho_",
-    b"ghu_",
-    b"ghs_",
-    b"ghr_",
-    b"github_pat_",
-    b"xox",
-    b"hooks.slack.com",
-    b"hf_",
-    b"sk-",
-    b"eyj",
-    b"@",
-    b"bearer",
-    b"key",
-    b"secret",
-    b"token",
-    b"passw",
-    b"credential",
+from app.engine.matcher import Matcher, PatternSpec, build_matcher
+
+_VALUE = r"(?!\[REDACTED)(?=[^\s\"',;}{]*[A-Za-z])[^\s\"',;}{]{6,}"
+# Keys whose value is a secret; tokenizer settings (pad_token, eos_token, ...) are not.
+_KEY = (
+    r"(?:api[_-]?key|secret(?:[_-]?key)?|(?<!pad_|eos_|bos_|unk_|sep_|cls_|mask_)token"
+    r"|passw(?:or)?d|access[_-]?key|credentials?)"
 )
-_TRIGGER_RX = regex.compile(b"|".join(regex.escape(t) for t in _TRIGGERS), regex.IGNORECASE)
+RULES: list[tuple[str, str]] = [
+    # the whole key when it sits on one line (JSON-escaped), else its BEGIN line (see below)
+    (
+        "private-key",
+        r"(?P<secret>-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-\n]*-----END [A-Z ]*PRIVATE KEY-----)?)",
+    ),
+    ("aws-access-key", r"\b(?P<secret>(?:AKIA|ASIA)[0-9A-Z]{16})\b"),
+    ("github-token", r"\b(?P<secret>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})"),
+    ("slack-token", r"\b(?P<secret>xox[abposr]-[A-Za-z0-9-]{10,})"),
+    ("slack-webhook", r"(?P<secret>https://hooks\.slack\.com/services/[A-Za-z0-9/]+)"),
+    ("huggingface-token", r"\b(?P<secret>hf_[A-Za-z0-9]{30,})"),
+    ("openai-key", r"\b(?P<secret>sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,})"),
+    ("jwt", r"\b(?P<secret>eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"),
+    ("url-credentials", r"://[^/\s:@]{1,64}:(?P<secret>[^/\s@]{1,128})@"),
+    ("bearer", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{16,})"),
+    ("secret-assignment", rf"(?i){_KEY}[\"']?\s*[=:]\s*[\"']?(?P<secret>{_VALUE})"),
+    ("secret-flag", r"(?i)--[\w-]*(?:api-key|token|secret|password)[= ](?P<secret>" + _VALUE + ")"),
+]
+_COMPILED = [(kind, regex.compile(p)) for kind, p in RULES]
+_KEY_END = regex.compile(rb"-----END [A-Z ]*PRIVATE KEY-----")
+
+
+def _sub_secret(kind: str, rx: regex.Pattern[str], text: str, counts: Counter[str] | None) -> str:
+    def repl(m: regex.Match[str]) -> str:
+        if counts is not None:
+            counts[kind] += 1
+        a, b = m.span("secret")
+        s = m.start()
+        whole = m.group(0)
+        return str(whole[: a - s]) + f"[REDACTED:{kind}]" + str(whole[b - s :])
+
+    return str(rx.sub(repl, text, timeout=0.5))
 
 
 def redact_text(text: str, counts: Counter[str] | None = None) -> str:
-    if not _TRIGGER_RX.search(text.encode("utf-8", "replace")):
-        return text
-    for kind, rx in _COMPILED:
-        text, n = rx.subn(f"[REDACTED:{kind}]", text, timeout=1.0)
-        if n and counts is not None:
-            counts[kind] += n
+    """Redact one line or value. A line too pathological to check is withheld whole."""
+    try:
+        for kind, rx in _COMPILED:
+            text = _sub_secret(kind, rx, text, counts)
+    except TimeoutError:
+        if counts is not None:
+            counts["unverifiable-line"] += 1
+        return "[REDACTED:unverifiable-line]"
     return text
 
 
+@lru_cache(maxsize=1)
+def _matcher() -> Matcher:
+    return build_matcher([PatternSpec(p) for _, p in RULES])
+
+
+KEY_MAX_LINES = 200  # a PEM key body is ~50 lines; never withhold more after a BEGIN line
+
+
 def redact_stream(src: BinaryIO, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
-    """Yield the redacted log in line-aligned chunks."""
+    """Yield the redacted log in line-aligned chunks; bytes outside redacted lines are kept."""
+    matcher = _matcher()
     carry = b""
+    key_lines = 0  # lines of a multi-line PEM key body still to withhold
     while True:
         block = src.read(chunk_size)
         if not block:
             if carry:
-                yield _redact_block(carry)
+                out, key_lines = _redact_block(carry, matcher, key_lines)
+                yield out
             return
         block = carry + block
         cut = block.rfind(b"\n") + 1
@@ -93,18 +104,48 @@ def redact_stream(src: BinaryIO, *, chunk_size: int = 1 << 20) -> Iterator[bytes
                 continue
             cut = len(block)
         carry = block[cut:]
-        yield _redact_block(block[:cut])
+        out, key_lines = _redact_block(block[:cut], matcher, key_lines)
+        yield out
 
 
-def _redact_block(block: bytes) -> bytes:
-    if not _TRIGGER_RX.search(block):
-        return block
-    out = []
-    for line in block.split(b"\n"):
-        if _TRIGGER_RX.search(line):
-            out.append(
-                redact_text(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
-            )
-        else:
-            out.append(line)
-    return b"\n".join(out)
+def _redact_block(block: bytes, matcher: Matcher, key_lines: int) -> tuple[bytes, int]:
+    hits: list[tuple[int, int]] = []
+    matcher.scan(memoryview(block), hits)
+    if not hits and not key_lines:
+        return block, 0
+    out: list[bytes] = []
+    pos = 0
+    if key_lines:
+        pos, key_lines = _withhold_key(block, 0, key_lines, out)
+    for ls in sorted({block.rfind(b"\n", 0, end) + 1 for _, end in hits}):
+        if ls < pos:
+            continue  # already withheld as part of a key body
+        le = block.find(b"\n", ls)
+        le = len(block) if le < 0 else le
+        out.append(block[pos:ls])
+        red = redact_text(block[ls:le].decode("utf-8", "surrogateescape"))
+        out.append(red.encode("utf-8", "surrogateescape"))
+        pos = le
+        if _KEY_BEGIN_ONLY.search(block, ls, le):
+            out.append(block[le : le + 1])
+            pos, key_lines = _withhold_key(block, le + 1, KEY_MAX_LINES, out)
+    out.append(block[pos:])
+    return b"".join(out), key_lines
+
+
+_KEY_BEGIN_ONLY = regex.compile(rb"-----BEGIN [A-Z ]*PRIVATE KEY-----(?![^-\n]*-----END)")
+
+
+def _withhold_key(block: bytes, start: int, budget: int, out: list[bytes]) -> tuple[int, int]:
+    """Replace key-body lines from `start` up to its END line (or `budget` lines); return the
+    position after them and the budget left for the next block (0 once END was seen)."""
+    pos, n = start, 0
+    while pos < len(block) and n < budget:
+        nl = block.find(b"\n", pos)
+        le = len(block) if nl < 0 else nl
+        is_end = _KEY_END.search(block, pos, le) is not None
+        out.append(b"[REDACTED:private-key]" + block[le : le + 1])
+        pos, n = le + 1, n + 1
+        if is_end:
+            return min(pos, len(block)), 0
+    return min(pos, len(block)), (budget - n if pos >= len(block) else 0)

@@ -112,7 +112,8 @@ class CompiledLibrary:
 
     @property
     def engine(self) -> str:
-        return self.matcher.name
+        names = {m.name for m in (self.matcher, self.context_matcher) if m is not None} - {"none"}
+        return names.pop() if names else "none"
 
 
 @dataclass(slots=True)

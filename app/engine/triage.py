@@ -19,7 +19,7 @@ from typing import Any
 import regex
 
 from app.engine.expr import Scope
-from app.engine.ingest import ByteBudget, Source, file_size, human_bytes
+from app.engine.ingest import ByteBudget, Source, file_size, human_bytes, too_large
 from app.engine.library import FRAMEWORKS, Library, Rule, Severity
 from app.engine.models import Analysis, Evidence, Finding, FrameworkInfo
 from app.engine.patches import ConfigView, compute_patches, config_diff, select_specs
@@ -34,7 +34,6 @@ from app.engine.scan import (
     scan_source,
     split_points,
 )
-from app.errors import InputTooLargeError
 
 # RL frameworks first: the most specific name is the one whose dialect patches speak.
 FRAMEWORK_ORDER = FRAMEWORKS
@@ -86,10 +85,7 @@ def scan_all(
     sizes = [file_size(s) for s in sources]
     known = sum(s for s in sizes if s is not None)
     if max_bytes and known > max_bytes:
-        raise InputTooLargeError(
-            f"input is {human_bytes(known)}, over the limit of {human_bytes(max_bytes)}; raise it "
-            "with --max-bytes (0 = no limit) or pass the tail of the log, e.g. `tail -c 2G job.log`"
-        )
+        raise too_large(f"input is {human_bytes(known)}, over the limit of {human_bytes(max_bytes)}")
     cores = os.cpu_count() or 1
     if jobs <= 0:
         jobs = cores if known >= PARALLEL_MIN_BYTES else 1
