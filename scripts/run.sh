@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Set up and run logtriage on the bundled example: a multi-rank job where one GPU's ECC error
-# makes every other rank time out in NCCL. Pass other paths to analyse your own logs.
+# Set up and run the logtriage service: REST API, report pages and docs on
+# http://127.0.0.1:8000, SQLite in ./data (LOGTRIAGE_DATA_DIR), nothing else to install or run.
+# Extra arguments go to `logtriage serve` (e.g. --port 9000 --workers 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-if [ $# -eq 0 ]; then set -- examples/ecc-cascade; fi
-exec .venv/bin/logtriage analyze "$@"
+LOGTRIAGE_SKIP_POSTGRES=${LOGTRIAGE_SKIP_POSTGRES:-1} bash scripts/setup.sh  # the service needs no PostgreSQL
+exec .venv/bin/logtriage serve "$@"
