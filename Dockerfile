@@ -3,7 +3,7 @@ FROM python:3.11-slim-bookworm
 RUN apt-get update && apt-get install -y --no-install-recommends ripgrep && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY . /app
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir -e .
 ENV LOGTRIAGE_DATA_DIR=/data
 VOLUME /data
 EXPOSE 8000
