@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Select, and_, delete, exists, func, or_, select, update
+from sqlalchemy import Select, and_, delete, exists, func, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
@@ -216,16 +216,16 @@ def _upsert_rule_versions(
             }
         )
     _insert_ignore(session, RuleVersion, rows)
-    out: dict[str, int] = {}
-    for rule_id, version, sha in keys:
-        rv_id = session.scalar(
-            select(RuleVersion.id).where(
-                RuleVersion.rule_id == rule_id, RuleVersion.version == version, RuleVersion.text_sha256 == sha
-            )
+    if not keys:
+        return {}
+    # one round trip for all ids (a query per rule was a third of a small upload's DB time)
+    found = session.execute(
+        select(RuleVersion.rule_id, RuleVersion.version, RuleVersion.text_sha256, RuleVersion.id).where(
+            tuple_(RuleVersion.rule_id, RuleVersion.version, RuleVersion.text_sha256).in_(keys)
         )
-        if rv_id is not None:
-            out[rule_id] = rv_id
-    return out
+    )
+    wanted = set(keys)
+    return {rid: rv_id for rid, ver, sha, rv_id in found if (rid, ver, sha) in wanted}
 
 
 def _write_result(
@@ -569,18 +569,19 @@ def recurrence(
         Analysis.status == "done",
         Analysis.duplicate_of_id.is_(None),
     )
-    total, first, last = session.execute(
-        select(func.count(), func.min(Analysis.created_at), func.max(Analysis.created_at)).where(*base)
+    # one aggregate query instead of four (ids are ULIDs: the smallest is the first one stored)
+    total, first, last, in_window, first_id, jobs = session.execute(
+        select(
+            func.count(),
+            func.min(Analysis.created_at),
+            func.max(Analysis.created_at),
+            func.count().filter(Analysis.created_at >= now - dt.timedelta(days=days)),
+            func.min(Analysis.id),
+            func.count(func.distinct(func.coalesce(Analysis.job_id, Analysis.id))),
+        ).where(*base)
     ).one()
     if not total:
         return None
-    in_window = session.scalar(
-        select(func.count()).where(*base, Analysis.created_at >= now - dt.timedelta(days=days))
-    )
-    first_id = session.scalar(select(Analysis.id).where(*base).order_by(Analysis.id).limit(1))
-    jobs = session.scalar(
-        select(func.count(func.distinct(func.coalesce(Analysis.job_id, Analysis.id)))).where(*base)
-    )
     hosts = session.scalar(
         select(func.count(func.distinct(FindingHost.host)))
         .join(Finding, Finding.id == FindingHost.finding_id)
