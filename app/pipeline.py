@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.blobstore import DirectoryBlobStore, PendingBlob, blob_store_for
+from app.blobstore import BlobStore, PendingBlob, open_blob_store
 from app.db import repo
 from app.db.repo import FileRecord, JobMeta, RuleRecord, StoredBlob
 from app.db.session import Database
@@ -132,7 +132,7 @@ class JobError:
 class _WorkerState:
     settings: Settings
     compiled: CompiledLibrary
-    store: DirectoryBlobStore
+    store: BlobStore
 
 
 _STATE: _WorkerState | None = None
@@ -151,13 +151,13 @@ def init_worker(payload: dict[str, Any]) -> None:
     """Scan-worker initializer: compile the library once for the life of the process."""
     global _STATE
     settings = Settings(**payload)
-    _STATE = _WorkerState(settings, build_compiled(settings), blob_store_for(settings.data_dir))
+    _STATE = _WorkerState(settings, build_compiled(settings), open_blob_store(settings))
 
 
 def init_local(settings: Settings, compiled: CompiledLibrary | None = None) -> None:
     """Run jobs in this process (the CLI's bulk re-triage, tests)."""
     global _STATE
-    _STATE = _WorkerState(settings, compiled or build_compiled(settings), blob_store_for(settings.data_dir))
+    _STATE = _WorkerState(settings, compiled or build_compiled(settings), open_blob_store(settings))
 
 
 def _state() -> _WorkerState:
@@ -243,7 +243,7 @@ def _decompressed(src: Source, budget: ByteBudget, tmp: Path) -> tuple[Path, boo
 
 
 def _redact_to_blob(
-    src: Source, store: DirectoryBlobStore, work_path: Path, budget: ByteBudget, *, jobs: int = 1
+    src: Source, store: BlobStore, work_path: Path, budget: ByteBudget, *, jobs: int = 1
 ) -> PendingBlob:
     """Decompress, redact (in parallel for large logs) and store; `work_path` gets the plain
     redacted text for the scan."""
@@ -495,7 +495,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def commit_blobs(store: DirectoryBlobStore, outcome: ScanOutcome) -> list[str]:
+def commit_blobs(store: BlobStore, outcome: ScanOutcome) -> list[str]:
     """Move the outcome's pending blobs into place; return the ones that were new."""
     new: list[str] = []
     pending = [f.blob for f in outcome.files] + ([outcome.config.blob] if outcome.config else [])
@@ -512,7 +512,7 @@ def commit_blobs(store: DirectoryBlobStore, outcome: ScanOutcome) -> list[str]:
     return new
 
 
-def discard_outcome(store: DirectoryBlobStore, outcome: ScanOutcome) -> None:
+def discard_outcome(store: BlobStore, outcome: ScanOutcome) -> None:
     for f in outcome.files:
         store.discard(f.blob)
     if outcome.config:
@@ -553,9 +553,7 @@ class Started:
 class AnalysisService:
     """Runs analyses for the API: pending row -> scan in a worker -> blobs + rows committed together."""
 
-    def __init__(
-        self, *, settings: Settings, db: Database, store: DirectoryBlobStore, pool: ScanPool
-    ) -> None:
+    def __init__(self, *, settings: Settings, db: Database, store: BlobStore, pool: ScanPool) -> None:
         self.settings = settings
         self.db = db
         self.store = store
@@ -690,23 +688,8 @@ class AnalysisService:
 
     # -- re-triage ------------------------------------------------------------------------------
 
-    def _retriage_job(self, analysis_id: str) -> RetriageJob:
-        from app.errors import AnalysisNotReadyError
-
-        with self.db.read() as s:
-            row = repo.get_analysis(s, analysis_id=analysis_id, full=True)
-            if row.status != "done":
-                raise AnalysisNotReadyError(
-                    f"analysis {row.id} is {row.status}; only finished analyses re-run"
-                )
-            files = tuple(StoredInput(f.name, f.blob_sha256, f.size) for f in row.files)
-            config = (
-                StoredInput(row.config_name or "config", row.config_sha256, 0) if row.config_sha256 else None
-            )
-            return RetriageJob(files=files, config=config, framework=row.framework, exit_code=row.exit_code)
-
     async def retriage(self, analysis_id: str) -> tuple[str, dict[str, Any]]:
-        job = await asyncio.to_thread(self._retriage_job, analysis_id)
+        job = await asyncio.to_thread(load_retriage_job, self.db, analysis_id)
         result = await self.pool.call(retriage_stored, job)
         if isinstance(result, JobError):
             raise result.to_exception()
@@ -737,40 +720,17 @@ class AnalysisService:
             await asyncio.wait(pending, timeout=5)
 
 
-def retriage_local(
-    *, db: Database, settings: Settings, analysis_ids: list[str], dry_run: bool = False
-) -> list[tuple[str, dict[str, Any]]]:
-    """Re-triage in this process (the CLI's bulk `logtriage retriage`; call `init_local` first).
+def load_retriage_job(db: Database, analysis_id: str) -> RetriageJob:
+    """What a worker needs to re-triage a stored analysis (its blobs and job facts), from the database.
 
-    Returns (analysis id, changes) per analysis.
+    Shared by the API's single re-triage and bulk re-triage (``app.retriage``, in process or on Ray).
     """
-    out: list[tuple[str, dict[str, Any]]] = []
-    for aid in analysis_ids:
-        with db.read() as s:
-            row = repo.get_analysis(s, analysis_id=aid, full=True)
-            job = RetriageJob(
-                files=tuple(StoredInput(f.name, f.blob_sha256, f.size) for f in row.files),
-                config=StoredInput(row.config_name or "config", row.config_sha256, 0)
-                if row.config_sha256
-                else None,
-                framework=row.framework,
-                exit_code=row.exit_code,
-            )
-            old = row.result
-        result = retriage_stored(job)
-        if isinstance(result, JobError):
-            out.append((aid, {"error": result.detail, "changed": False}))
-            continue
-        if dry_run:
-            out.append((aid, repo.diff_results(old, result.analysis)))
-            continue
-        with db.write() as s:
-            _row, changes = repo.apply_retriage(
-                s,
-                analysis_id=aid,
-                analysis=result.analysis,
-                library_version=result.library_version,
-                rules=result.rules,
-            )
-        out.append((aid, changes))
-    return out
+    from app.errors import AnalysisNotReadyError
+
+    with db.read() as s:
+        row = repo.get_analysis(s, analysis_id=analysis_id, full=True)
+        if row.status != "done":
+            raise AnalysisNotReadyError(f"analysis {row.id} is {row.status}; only finished analyses re-run")
+        files = tuple(StoredInput(f.name, f.blob_sha256, f.size) for f in row.files)
+        config = StoredInput(row.config_name or "config", row.config_sha256, 0) if row.config_sha256 else None
+        return RetriageJob(files=files, config=config, framework=row.framework, exit_code=row.exit_code)

@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -207,23 +206,19 @@ def cmd_db_gc(args: argparse.Namespace) -> int:
     """Delete blobs nothing refers to (rows and files), and stale staging files."""
     import time
 
-    from app.blobstore import blob_store_for
+    from app.blobstore import open_blob_store
     from app.db import repo
     from app.pipeline import clean_stale_tmp
 
     settings = _settings()
     db = _database(settings)
-    store = blob_store_for(settings.data_dir)
+    store = open_blob_store(settings)
     try:
         with db.read() as s:
             unreferenced = repo.unreferenced_blobs(s)
             known = repo.known_blobs(s)
         cutoff = time.time() - 3600  # files younger than an hour may belong to a running analysis
-        orphans = [
-            sha
-            for sha in store.iter_blobs()
-            if sha not in known and store.path_of(sha).stat().st_mtime < cutoff
-        ]
+        orphans = [sha for sha in store.iter_blobs(older_than=cutoff) if sha not in known]
         if not args.dry_run:
             with db.write() as s:
                 repo.delete_blob_rows(s, shas=unreferenced)
@@ -375,9 +370,19 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_retriage(args: argparse.Namespace) -> int:
+    ray_options = None
+    if args.ray:
+        from app.retriage import RayOptions, import_ray
+
+        import_ray()  # not installed: a one-line error before any work
+        if args.ray_batch < 1 or (args.ray_workers is not None and args.ray_workers < 1):
+            raise UsageError("--ray-batch and --ray-workers must be at least 1")
+        ray_options = RayOptions(
+            address=args.ray_address, batch_size=args.ray_batch, workers=args.ray_workers
+        )
     from app.db import repo
     from app.db.migrate import ensure_current
-    from app.pipeline import init_local, retriage_local
+    from app.retriage import change_report, retriage
 
     settings = _settings()
     if args.rules:
@@ -387,7 +392,6 @@ def cmd_retriage(args: argparse.Namespace) -> int:
     db = _database(settings)
     try:
         ensure_current(db.engine, lock_dir=settings.data_dir)
-        init_local(settings)
         with db.read() as s:
             ids = repo.retriage_candidates(
                 s, since=args.since, until=args.until, failure_class=args.failure_class, limit=args.limit
@@ -395,8 +399,11 @@ def cmd_retriage(args: argparse.Namespace) -> int:
         if not ids:
             print("no analyses to re-triage in that window")
             return 0
-        print(f"re-triaging {len(ids)} analyses{' (dry run)' if args.dry_run else ''}…", file=sys.stderr)
-        results = retriage_local(db=db, settings=settings, analysis_ids=ids, dry_run=args.dry_run)
+        where = " on Ray" if ray_options else ""
+        print(
+            f"re-triaging {len(ids)} analyses{where}{' (dry run)' if args.dry_run else ''}…", file=sys.stderr
+        )
+        results = retriage(db=db, settings=settings, analysis_ids=ids, dry_run=args.dry_run, ray=ray_options)
     finally:
         db.dispose()
     report = change_report(results, dry_run=args.dry_run)
@@ -405,44 +412,6 @@ def cmd_retriage(args: argparse.Namespace) -> int:
     else:
         print(report["text"])
     return 0
-
-
-def change_report(results: list[tuple[str, dict[str, Any]]], *, dry_run: bool = False) -> dict[str, Any]:
-    moved: Counter[tuple[str, str]] = Counter()
-    changed_findings = 0
-    unchanged = 0
-    errors: list[str] = []
-    versions: Counter[tuple[str | None, str | None]] = Counter()
-    for aid, c in results:
-        if "error" in c:
-            errors.append(f"{aid}: {c['error']}")
-            continue
-        versions[(c["before"]["library_version"], c["after"]["library_version"])] += 1
-        if c["root_cause_changed"]:
-            moved[(c["before"]["failure_class"], c["after"]["failure_class"])] += 1
-        elif c["changed"]:
-            changed_findings += 1
-        else:
-            unchanged += 1
-    verb = "would move" if dry_run else "moved"
-    lines = []
-    for old, new in versions:
-        lines.append(f"rule library {old or '?'} -> {new or '?'}" if old != new else f"rule library {new}")
-    for (src, dst), n in sorted(moved.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"{n} {'analysis' if n == 1 else 'analyses'} {verb} from {src} to {dst}")
-    if changed_findings:
-        lines.append(f"{changed_findings} kept their root cause but gained or lost other findings")
-    lines.append(f"{unchanged} unchanged")
-    if errors:
-        lines.append(f"{len(errors)} could not be re-triaged:")
-        lines += [f"  {e}" for e in errors[:20]]
-    return {
-        "text": "\n".join(lines),
-        "moved": [{"from": s, "to": d, "count": n} for (s, d), n in moved.items()],
-        "findings_changed": changed_findings,
-        "unchanged": unchanged,
-        "errors": errors,
-    }
 
 
 # --- registration ------------------------------------------------------------------------------
@@ -540,4 +509,24 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r.add_argument("--json", action="store_true")
     r.add_argument("--rules", help="rule library directory (default: LOGTRIAGE_RULES_DIR or bundled)")
     r.add_argument("--engine", choices=["auto", "hyperscan", "regex"])
+    r.add_argument(
+        "--ray",
+        action="store_true",
+        help="run the re-triage on Ray (optional extra: pip install 'logtriage[ray]'); this process "
+        "still owns the database",
+    )
+    r.add_argument(
+        "--ray-address",
+        default="auto",
+        metavar="ADDR",
+        help="auto (RAY_ADDRESS or the running cluster, default), local (start a private instance on "
+        "127.0.0.1), ray://HOST:10001 (Ray Client) or HOST:PORT",
+    )
+    r.add_argument("--ray-batch", type=int, default=8, metavar="N", help="analyses per Ray task (default 8)")
+    r.add_argument(
+        "--ray-workers",
+        type=int,
+        metavar="N",
+        help="Ray actors, each compiling the library once (default: the cluster's CPUs)",
+    )
     r.set_defaults(func=cmd_retriage)

@@ -41,6 +41,20 @@ class Settings(BaseSettings):
         default=20 << 30, description="Largest log accepted, in bytes after decompression (0 = no limit)."
     )
     scan_jobs: int = Field(default=0, description="Processes per scan (0 = one per core for large files).")
+    blob_url: str | None = Field(
+        default=None,
+        pattern=r"^s3://[^/?#]+(/[^?#]*)?$",
+        description="Where stored logs go: unset = `blobs/` in the data dir; `s3://bucket/prefix` = an "
+        "S3-compatible bucket (extra `logtriage[s3]`; credentials from the standard `AWS_*` variables).",
+    )
+    s3_endpoint_url: str | None = Field(
+        default=None,
+        description="S3 API endpoint for S3-compatible stores, e.g. http://127.0.0.1:9000 (MinIO) "
+        "(default: AWS S3).",
+    )
+    s3_region: str | None = Field(
+        default=None, description="S3 region (default: `AWS_REGION` or `AWS_DEFAULT_REGION`, else us-east-1)."
+    )
 
     # --- service ------------------------------------------------------------------------------
     host: str = Field(default="127.0.0.1", description="`logtriage serve`: interface to bind.")

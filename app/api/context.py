@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import jinja2
 
-from app.blobstore import DirectoryBlobStore
+from app.blobstore import BlobStore
 from app.db.session import Database
 from app.engine.library import Library
 from app.pipeline import AnalysisService, ScanPool
@@ -17,7 +17,7 @@ from app.settings import Settings
 class AppContext:
     settings: Settings
     db: Database
-    store: DirectoryBlobStore
+    store: BlobStore
     library: Library
     pool: ScanPool
     service: AnalysisService

@@ -23,7 +23,7 @@ from app import __version__
 from app.api import errors
 from app.api.context import AppContext
 from app.api.routes import analyses, health, rules, stats
-from app.blobstore import blob_store_for
+from app.blobstore import open_blob_store
 from app.db import repo
 from app.db.migrate import ensure_current
 from app.db.session import Database
@@ -89,7 +89,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             migrated = await asyncio.to_thread(ensure_current, db.engine, lock_dir=settings.data_dir)
             if migrated:
                 log.info("database schema upgraded")
-        store = blob_store_for(settings.data_dir)
+        store = open_blob_store(settings)
         await asyncio.to_thread(store.check_writable)
         library = await asyncio.to_thread(load_library, settings.rules_dir)
         pool = ScanPool(settings)

@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
@@ -26,6 +26,7 @@ from app.api.schemas import (
     validate_metadata,
 )
 from app.api.upload import receive
+from app.blobstore import iter_range
 from app.db import repo
 from app.engine.models import Analysis as AnalysisModel
 from app.errors import (
@@ -286,21 +287,9 @@ def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, min(end, size)
 
 
-def _stream(ctx: AppContext, sha256: str, start: int, length: int) -> Iterator[bytes]:
-    with ctx.store.open(sha256) as fh:
-        skip = start
-        while skip > 0:
-            got = fh.read(min(skip, 1 << 20))
-            if not got:
-                return
-            skip -= len(got)
-        left = length
-        while left > 0:
-            chunk = fh.read(min(left, 1 << 20))
-            if not chunk:
-                return
-            left -= len(chunk)
-            yield chunk
+def _stream(fh: BinaryIO, start: int, length: int) -> Iterator[bytes]:
+    with fh:
+        yield from iter_range(fh, start, length)
 
 
 @router.get(
@@ -345,8 +334,14 @@ def get_log(
         status = 206
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
     headers["Content-Length"] = str(end - start)
+    try:  # opened before the response starts, so a missing blob or a store outage is a problem+json
+        fh = ctx.store.open(f.blob_sha256)
+    except FileNotFoundError:
+        raise NotFoundError(
+            f"analysis {row.id}: the stored log {f.blob_sha256[:12]}… is missing from the blob store"
+        ) from None
     return StreamingResponse(
-        _stream(ctx, f.blob_sha256, start, end - start),
+        _stream(fh, start, end - start),
         status_code=status,
         media_type="text/plain; charset=utf-8",
         headers=headers,

@@ -12,6 +12,7 @@ from app.api.deps import CtxDep
 from app.api.errors import PROBLEM_JSON, problem_body
 from app.api.schemas import Health
 from app.db.migrate import current_revision, head_revision
+from app.errors import LogtriageError
 
 router = APIRouter(tags=["health"])
 
@@ -44,6 +45,9 @@ def readyz(request: Request, ctx: CtxDep) -> JSONResponse:
     except OSError as exc:
         checks["blob_store"] = f"error: {exc.strerror}"
         problems.append("data directory not writable")
+    except LogtriageError as exc:
+        checks["blob_store"] = f"error: {exc.detail}"
+        problems.append("blob store unreachable")
     checks["scan_workers"] = "ok" if ctx.pool.ready.is_set() else "failed" if ctx.pool.failure else "starting"
     if ctx.pool.failure:
         problems.append(f"scan workers failed to start: {ctx.pool.failure}")
