@@ -15,7 +15,7 @@ import re as stdlib_re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import regex
 import yaml
@@ -25,19 +25,6 @@ from app.errors import RuleError
 
 RULE_ID = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
 CLASS_ID = r"^[a-z0-9_]+(?:\.[a-z0-9_]+)?$"
-FRAMEWORKS = (
-    "roll",
-    "chatlearn",
-    "slime",
-    "verl",
-    "openrlhf",
-    "megatron",
-    "deepspeed",
-    "vllm",
-    "sglang",
-    "ray",
-    "pytorch",
-)
 Framework = Literal[
     "roll",
     "chatlearn",
@@ -51,6 +38,7 @@ Framework = Literal[
     "ray",
     "pytorch",
 ]
+FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 
 
 class Strict(BaseModel):
