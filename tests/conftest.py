@@ -14,6 +14,7 @@ from app.engine.models import Analysis
 from app.engine.patches import ConfigView
 from app.engine.scan import CompiledLibrary
 from app.engine.triage import TriageOptions, triage
+from tests.s3kit import S3_ENV, S3_ENV_CLEARED, MotoS3, s3_unavailable
 from tests.servicekit import LiveServer, PgSchemas, in_ci, live_server, make_settings, pg_reachable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,3 +136,34 @@ def server(db_url: str, service_data_dir: Path) -> Iterator[LiveServer]:
 def client(server: LiveServer) -> Iterator[httpx.Client]:
     with server.client() as c:
         yield c
+
+
+# --- S3 (moto's server mode on 127.0.0.1) ------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[MotoS3]:
+    """A real S3 API on 127.0.0.1 (moto server, free port) for this test process, with the AWS
+    credentials the app reads set in the environment. Skipped only when moto/obstore are not
+    installed outside CI (with CI=true they are required)."""
+    why = s3_unavailable()
+    if why is not None:
+        if in_ci():
+            pytest.fail(f"the S3 tests are required in CI: {why}")
+        pytest.skip(f"S3 tests: {why}")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in S3_ENV_CLEARED:
+            mp.delenv(name, raising=False)
+        for name, value in S3_ENV.items():
+            mp.setenv(name, value)
+        server = MotoS3().start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def s3_bucket(moto_s3: MotoS3) -> str:
+    """A new, empty bucket on the moto server."""
+    return moto_s3.new_bucket()
