@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from app.blobstore import BlobStore, PendingBlob, open_blob_store
 from app.db import repo
+from app.db.models import Analysis
 from app.db.repo import FileRecord, JobMeta, RuleRecord, StoredBlob
 from app.db.session import Database
 from app.engine.ingest import ByteBudget, Source, open_source, rank_from_name
@@ -721,16 +722,17 @@ class AnalysisService:
 
 
 def load_retriage_job(db: Database, analysis_id: str) -> RetriageJob:
-    """What a worker needs to re-triage a stored analysis (its blobs and job facts), from the database.
+    """What a worker needs to re-triage a stored analysis (the API's single re-triage)."""
+    with db.read() as s:
+        return retriage_job_of(repo.get_analysis(s, analysis_id=analysis_id, full=True))
 
-    Shared by the API's single re-triage and bulk re-triage (``app.retriage``, in process or on Ray).
-    """
+
+def retriage_job_of(row: Analysis) -> RetriageJob:
+    """A stored analysis as a re-triage job: its blobs and job facts (shared with bulk re-triage)."""
     from app.errors import AnalysisNotReadyError
 
-    with db.read() as s:
-        row = repo.get_analysis(s, analysis_id=analysis_id, full=True)
-        if row.status != "done":
-            raise AnalysisNotReadyError(f"analysis {row.id} is {row.status}; only finished analyses re-run")
-        files = tuple(StoredInput(f.name, f.blob_sha256, f.size) for f in row.files)
-        config = StoredInput(row.config_name or "config", row.config_sha256, 0) if row.config_sha256 else None
-        return RetriageJob(files=files, config=config, framework=row.framework, exit_code=row.exit_code)
+    if row.status != "done":
+        raise AnalysisNotReadyError(f"analysis {row.id} is {row.status}; only finished analyses re-run")
+    files = tuple(StoredInput(f.name, f.blob_sha256, f.size) for f in row.files)
+    config = StoredInput(row.config_name or "config", row.config_sha256, 0) if row.config_sha256 else None
+    return RetriageJob(files=files, config=config, framework=row.framework, exit_code=row.exit_code)

@@ -70,6 +70,16 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 256M, 1G, 0)") from None
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a positive integer: {text!r}")
+    return value
+
+
 # --- serve -------------------------------------------------------------------------------------
 
 
@@ -374,9 +384,7 @@ def cmd_retriage(args: argparse.Namespace) -> int:
     if args.ray:
         from app.retriage import RayOptions, import_ray
 
-        import_ray()  # not installed: a one-line error before any work
-        if args.ray_batch < 1 or (args.ray_workers is not None and args.ray_workers < 1):
-            raise UsageError("--ray-batch and --ray-workers must be at least 1")
+        import_ray(local=args.ray_address == "local")  # not installed: a one-line error before any work
         ray_options = RayOptions(
             address=args.ray_address, batch_size=args.ray_batch, workers=args.ray_workers
         )
@@ -522,10 +530,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="auto (RAY_ADDRESS or the running cluster, default), local (start a private instance on "
         "127.0.0.1), ray://HOST:10001 (Ray Client) or HOST:PORT",
     )
-    r.add_argument("--ray-batch", type=int, default=8, metavar="N", help="analyses per Ray task (default 8)")
+    r.add_argument(
+        "--ray-batch", type=_positive, default=8, metavar="N", help="analyses per Ray task (default 8)"
+    )
     r.add_argument(
         "--ray-workers",
-        type=int,
+        type=_positive,
         metavar="N",
         help="Ray actors, each compiling the library once (default: the cluster's CPUs)",
     )
