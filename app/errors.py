@@ -124,3 +124,9 @@ def all_errors() -> list[type[LogtriageError]]:
         out.append(cls)
         todo.extend(cls.__subclasses__())
     return out
+
+
+class MissingExtraError(LogtriageError):
+    """An optional feature was asked for whose extra is not installed (e.g. `--ray`)."""
+
+    slug, title, http_status, exit_code = "missing-extra", "Optional dependency not installed", 501, 1

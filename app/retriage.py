@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from app.db import repo
 from app.db.session import Database
 from app.engine.library import default_rules_dir
-from app.errors import LogtriageError, ServiceUnavailableError
+from app.errors import LogtriageError, MissingExtraError, ServiceUnavailableError
 from app.pipeline import (
     JobError,
     RetriageJob,
@@ -307,7 +307,7 @@ def import_ray(*, local: bool = False) -> Any:
     try:
         return importlib.import_module("ray")
     except ImportError:
-        raise LogtriageError(
+        raise MissingExtraError(
             f"--ray needs Ray, which is not installed in this environment: {RAY_INSTALL_HINT}"
         ) from None
 
