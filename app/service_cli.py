@@ -139,6 +139,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"logtriage: API on http://{shown}:{settings.port}/api/v1 · docs http://{shown}:{settings.port}/docs",
         file=sys.stderr,
     )
+    if settings.workers > 1 and hasattr(socket, "SO_REUSEPORT"):
+        from app.api.serve import serve_reuseport
+
+        return serve_reuseport(
+            host=settings.host, port=settings.port, workers=settings.workers, log_level=settings.log_level
+        )
     uvicorn.run(
         "app.api.main:create_app",
         factory=True,

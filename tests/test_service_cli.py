@@ -152,3 +152,63 @@ def test_service_groups_without_action_print_help(argv: list[str]) -> None:
         [sys.executable, "-m", "app.cli", *argv], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
     assert res.returncode == 2
+
+
+def test_serve_with_several_workers_balances_and_stops_cleanly(tmp_path: Path) -> None:
+    """--workers 2: each worker has its own SO_REUSEPORT socket; SIGTERM stops the whole tree."""
+    import signal
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGTRIAGE_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        children = _children(proc.pid)
+        assert len(children) >= 2
+        for _ in range(40):  # separate connections: the kernel spreads them over both sockets
+            assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
+        # a second server on the same port is refused (the supervisor reserves it)
+        other = subprocess.run(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert other.returncode != 0 and "Traceback" not in other.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0
+    deadline = time.monotonic() + 10  # multiprocessing's resource tracker exits just after
+    while [p for p in children if _alive_pid(p)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in children if _alive_pid(p)]
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def _alive_pid(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
