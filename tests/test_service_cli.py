@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -191,14 +192,50 @@ def test_serve_with_several_workers_balances_and_stops_cleanly(tmp_path: Path) -
             timeout=60,
         )
         assert other.returncode != 0 and "Traceback" not in other.stderr
+        # the supervisor killed outright: its workers notice and exit, freeing the port
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while [p for p in children if _alive_pid(p)] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in children if _alive_pid(p)]
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-    assert proc.returncode == 0
-    deadline = time.monotonic() + 10  # multiprocessing's resource tracker exits just after
-    while [p for p in children if _alive_pid(p)] and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not [p for p in children if _alive_pid(p)]
+
+
+def test_serve_workers_stop_on_sigterm(tmp_path: Path) -> None:
+    import signal
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGTRIAGE_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        children = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        deadline = time.monotonic() + 10  # multiprocessing's resource tracker exits just after
+        while [p for p in children if _alive_pid(p)] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in children if _alive_pid(p)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _children(pid: int) -> list[int]:

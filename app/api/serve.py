@@ -11,6 +11,7 @@ worker keeps dying at start.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import socket
 import sys
@@ -34,9 +35,17 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(host: str, port: int, log_level: str) -> None:
+def _watch_parent(parent: int) -> None:
+    """Exit gracefully when the supervisor is gone (even SIGKILLed): no orphan keeps the port."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _worker(host: str, port: int, log_level: str, parent: int) -> None:
     import uvicorn
 
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     sock = _bind(host, port)
     sock.listen(2048)
     config = uvicorn.Config(
@@ -65,7 +74,7 @@ def serve_reuseport(*, host: str, port: int, workers: int, log_level: str) -> in
     stop = threading.Event()
 
     def start() -> tuple[BaseProcess, float]:
-        p = ctx.Process(target=_worker, args=(host, port, log_level), name="logtriage-worker")
+        p = ctx.Process(target=_worker, args=(host, port, log_level, os.getpid()), name="logtriage-worker")
         p.start()
         return p, time.monotonic()
 
