@@ -173,34 +173,27 @@ def _pending_runners(host: str) -> Any:
 # --- db ----------------------------------------------------------------------------------------
 
 
-def cmd_db_upgrade(args: argparse.Namespace) -> int:
-    from app.db.migrate import current_revision, upgrade
+def _move_schema(revision: str, *, down: bool) -> int:
+    from app.db.migrate import current_revision, downgrade, upgrade
 
     settings = _settings()
     db = _database(settings)
     try:
         before = current_revision(db.engine)
-        upgrade(db.engine, args.revision)
-        after = current_revision(db.engine)
-    finally:
-        db.dispose()
-    print(f"database {_safe_url(settings.effective_database_url)}: {before or 'empty'} -> {after}")
-    return 0
-
-
-def cmd_db_downgrade(args: argparse.Namespace) -> int:
-    from app.db.migrate import current_revision, downgrade
-
-    settings = _settings()
-    db = _database(settings)
-    try:
-        before = current_revision(db.engine)
-        downgrade(db.engine, args.revision)
+        (downgrade if down else upgrade)(db.engine, revision)
         after = current_revision(db.engine)
     finally:
         db.dispose()
     print(f"database {_safe_url(settings.effective_database_url)}: {before or 'empty'} -> {after or 'empty'}")
     return 0
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    return _move_schema(args.revision, down=False)
+
+
+def cmd_db_downgrade(args: argparse.Namespace) -> int:
+    return _move_schema(args.revision, down=True)
 
 
 def cmd_db_current(_args: argparse.Namespace) -> int:

@@ -155,11 +155,8 @@ def test_service_groups_without_action_print_help(argv: list[str]) -> None:
     assert res.returncode == 2
 
 
-def test_serve_with_several_workers_balances_and_stops_cleanly(tmp_path: Path) -> None:
-    """--workers 2: each worker has its own SO_REUSEPORT socket; SIGTERM stops the whole tree."""
-    import signal
-
-    port = free_port()
+def _serve_workers(tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
+    """`logtriage serve --workers 2` in its own session, ready to answer."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOGTRIAGE_")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2"],
@@ -169,20 +166,34 @@ def test_serve_with_several_workers_balances_and_stops_cleanly(tmp_path: Path) -
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.2)
+    raise AssertionError("serve --workers 2 did not become ready")
+
+
+def _gone(pids: list[int], within: float) -> bool:
+    deadline = time.monotonic() + within  # multiprocessing's resource tracker exits just after
+    while [p for p in pids if _alive_pid(p)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not [p for p in pids if _alive_pid(p)]
+
+
+def test_serve_with_several_workers_balances_and_stops_cleanly(tmp_path: Path) -> None:
+    """--workers 2: each worker has its own SO_REUSEPORT socket; a second server is refused;
+    workers exit when the supervisor is killed outright."""
+    port = free_port()
+    proc = _serve_workers(tmp_path, port)
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
         children = _children(proc.pid)
         assert len(children) >= 2
         for _ in range(40):  # separate connections: the kernel spreads them over both sockets
-            assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200
-        # a second server on the same port is refused (the supervisor reserves it)
+            assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGTRIAGE_")}
         other = subprocess.run(
             [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2"],
             cwd=tmp_path,
@@ -192,13 +203,9 @@ def test_serve_with_several_workers_balances_and_stops_cleanly(tmp_path: Path) -
             timeout=60,
         )
         assert other.returncode != 0 and "Traceback" not in other.stderr
-        # the supervisor killed outright: its workers notice and exit, freeing the port
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 20
-        while [p for p in children if _alive_pid(p)] and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not [p for p in children if _alive_pid(p)]
+        assert _gone(children, within=20)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -206,33 +213,12 @@ def test_serve_with_several_workers_balances_and_stops_cleanly(tmp_path: Path) -
 
 
 def test_serve_workers_stop_on_sigterm(tmp_path: Path) -> None:
-    import signal
-
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGTRIAGE_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--workers", "2"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = _serve_workers(tmp_path, free_port())
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
         children = _children(proc.pid)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-        deadline = time.monotonic() + 10  # multiprocessing's resource tracker exits just after
-        while [p for p in children if _alive_pid(p)] and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not [p for p in children if _alive_pid(p)]
+        assert _gone(children, within=10)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
