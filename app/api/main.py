@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +29,7 @@ from app.db.session import Database
 from app.engine.library import load_library
 from app.errors import NotFoundError
 from app.pipeline import AnalysisService, ScanPool
+from app.render.html import inline, markdown_block
 from app.settings import Settings, get_settings
 
 log = logging.getLogger("logtriage")
@@ -56,19 +56,13 @@ def make_templates() -> jinja2.Environment:
         undefined=jinja2.ChainableUndefined,
     )
     env.filters["inline_md"] = inline_md
+    env.filters["md"] = markdown_block
     return env
 
 
-_CODE = re.compile(r"`([^`\n]+)`")
-_BOLD = re.compile(r"\*\*([^*\n]+)\*\*")
-
-
 def inline_md(text: str) -> markupsafe.Markup:
-    """Escape, then render `code` and **bold** (remediation texts are written in Markdown)."""
-    escaped = str(markupsafe.escape(text))
-    escaped = _CODE.sub(r"<code>\1</code>", escaped)
-    escaped = _BOLD.sub(r"<strong>\1</strong>", escaped)
-    return markupsafe.Markup(escaped)
+    """Escape, then render `code`, **bold** and links (remediation texts are Markdown)."""
+    return markupsafe.Markup(inline(text))
 
 
 def open_mode_message(settings: Settings) -> str:
