@@ -12,7 +12,6 @@ import io
 import os
 import re
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -220,8 +219,3 @@ def file_size(src: Source) -> int | None:
         return os.stat(src.path).st_size
     except OSError:
         return None
-
-
-def iter_lines(data: bytes) -> Iterator[bytes]:
-    """Split bytes into lines without the newline (used by the slow paths and tests)."""
-    yield from data.split(b"\n")
