@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sqlalchemy.orm import Session
+
 from app.blobstore import BlobStore, PendingBlob, open_blob_store
 from app.db import repo
 from app.db.models import Analysis
@@ -535,6 +537,19 @@ def _file_record(f: StoredFile) -> FileRecord:
     return FileRecord(f.name, StoredBlob(f.blob.sha256, f.blob.size, f.blob.stored_size))
 
 
+def complete_from_outcome(session: Session, *, analysis_id: str, outcome: ScanOutcome) -> None:
+    """Store a scan outcome as the result of a pending analysis (its blobs already committed)."""
+    repo.complete_analysis(
+        session,
+        analysis_id=analysis_id,
+        analysis=outcome.analysis,
+        library_version=outcome.library_version,
+        files=[_file_record(f) for f in outcome.files],
+        config=_file_record(outcome.config) if outcome.config else None,
+        rules=outcome.rules,
+    )
+
+
 def problem_of(exc: LogtriageError) -> dict[str, Any]:
     return {
         "type": f"/problems/{exc.slug}",
@@ -648,15 +663,7 @@ class AnalysisService:
         new = commit_blobs(self.store, outcome)
         try:
             with self.db.write() as s:
-                repo.complete_analysis(
-                    s,
-                    analysis_id=analysis_id,
-                    analysis=outcome.analysis,
-                    library_version=outcome.library_version,
-                    files=[_file_record(f) for f in outcome.files],
-                    config=_file_record(outcome.config) if outcome.config else None,
-                    rules=outcome.rules,
-                )
+                complete_from_outcome(s, analysis_id=analysis_id, outcome=outcome)
         except BaseException:
             self._drop_new_blobs(new)
             raise

@@ -50,7 +50,7 @@ import gen_log  # noqa: E402
 from app import pipeline  # noqa: E402
 from app.db import repo  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
-from app.db.repo import FileRecord, JobMeta, StoredBlob  # noqa: E402
+from app.db.repo import JobMeta  # noqa: E402
 from app.db.session import Database  # noqa: E402
 from app.retriage import (  # noqa: E402
     RayOptions,
@@ -95,18 +95,7 @@ def build_archive(settings: Settings, db: Database, logs: Path, n: int, size: in
         pipeline.commit_blobs(store, outcome)
         with db.write() as s:
             row = repo.create_pending(s, meta=JobMeta(job_id=f"bench-{i}"), token_id=None, runner="bench:0")
-            repo.complete_analysis(
-                s,
-                analysis_id=row.id,
-                analysis=outcome.analysis,
-                library_version=outcome.library_version,
-                files=[
-                    FileRecord(f.name, StoredBlob(f.blob.sha256, f.blob.size, f.blob.stored_size))
-                    for f in outcome.files
-                ],
-                config=None,
-                rules=outcome.rules,
-            )
+            pipeline.complete_from_outcome(s, analysis_id=row.id, outcome=outcome)
             ids.append(row.id)
         if (i + 1) % 50 == 0:
             rate = (i + 1) / (time.perf_counter() - t0)

@@ -20,7 +20,7 @@ import pytest
 from app import pipeline
 from app.db import repo
 from app.db.migrate import upgrade
-from app.db.repo import FileRecord, JobMeta, StoredBlob
+from app.db.repo import JobMeta
 from app.db.session import Database
 from app.pipeline import (
     InputFile,
@@ -63,18 +63,7 @@ def _store(settings: Settings, db: Database, path: Path, job_id: str) -> str:
     commit_blobs(pipeline._state().store, outcome)
     with db.write() as s:
         row = repo.create_pending(s, meta=JobMeta(job_id=job_id), token_id=None, runner="test:0")
-        repo.complete_analysis(
-            s,
-            analysis_id=row.id,
-            analysis=outcome.analysis,
-            library_version=outcome.library_version,
-            files=[
-                FileRecord(f.name, StoredBlob(f.blob.sha256, f.blob.size, f.blob.stored_size))
-                for f in outcome.files
-            ],
-            config=None,
-            rules=outcome.rules,
-        )
+        pipeline.complete_from_outcome(s, analysis_id=row.id, outcome=outcome)
         return row.id
 
 
