@@ -13,7 +13,7 @@ import difflib
 import io
 import json
 import shlex
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,12 +164,14 @@ def _plain(v: Any) -> Any:
 # --- computing ------------------------------------------------------------------------
 
 
-def select_specs(specs: Iterable[PatchSpec], framework: str | None) -> list[PatchSpec]:
-    """The framework's own dialect plus the general remedies; every dialect when unknown."""
+def select_specs(specs: Iterable[PatchSpec], frameworks: Sequence[str]) -> list[PatchSpec]:
+    """The detected frameworks' own dialects plus the general remedies; every dialect when
+    nothing was detected (the user may still be on one of them)."""
     specs = list(specs)
-    if framework is None:
+    if not frameworks:
         return specs
-    return [s for s in specs if not s.frameworks or framework in s.frameworks]
+    wanted = set(frameworks)
+    return [s for s in specs if not s.frameworks or wanted & set(s.frameworks)]
 
 
 def compute_patches(

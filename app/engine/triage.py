@@ -175,12 +175,7 @@ def _finding(
     rule = m.rule
     captures = {k: redact_text(v, redactions) for k, v in m.captures.items()}
     scope = Scope(captures=captures, facts=scope_base.facts, config=config)
-    specs = rule.patches
-    if frameworks:
-        specs = [s for s in specs if not s.frameworks or set(s.frameworks) & set(frameworks)]
-    else:
-        specs = select_specs(specs, None)
-    patches, issues = compute_patches(specs, scope=scope, config=config)
+    patches, issues = compute_patches(select_specs(rule.patches, frameworks), scope=scope, config=config)
     problems.extend(f"{rule.id}: {p}" for p in issues)
     return Finding(
         rule_id=rule.id,
