@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from app.blobstore import BlobStore, PendingBlob, open_blob_store
 from app.db import repo
-from app.db.models import Analysis
+from app.db.models import Analysis, AnalysisFile
 from app.db.repo import FileRecord, JobMeta, RuleRecord, StoredBlob
 from app.db.session import Database
 from app.engine.ingest import ByteBudget, Source, open_source, rank_from_name
@@ -537,9 +537,14 @@ def _file_record(f: StoredFile) -> FileRecord:
     return FileRecord(f.name, StoredBlob(f.blob.sha256, f.blob.size, f.blob.stored_size))
 
 
-def complete_from_outcome(session: Session, *, analysis_id: str, outcome: ScanOutcome) -> None:
+def complete_from_outcome(
+    session: Session, *, analysis_id: str, outcome: ScanOutcome, settings: Settings | None = None
+) -> tuple[Analysis, repo.Standing]:
     """Store a scan outcome as the result of a pending analysis (its blobs already committed)."""
-    repo.complete_analysis(
+    window = {}
+    if settings is not None:
+        window = {"recurrence_days": settings.recurrence_days, "suspect_min_jobs": settings.suspect_min_jobs}
+    return repo.complete_analysis(
         session,
         analysis_id=analysis_id,
         analysis=outcome.analysis,
@@ -547,6 +552,7 @@ def complete_from_outcome(session: Session, *, analysis_id: str, outcome: ScanOu
         files=[_file_record(f) for f in outcome.files],
         config=_file_record(outcome.config) if outcome.config else None,
         rules=outcome.rules,
+        **window,
     )
 
 
@@ -560,9 +566,18 @@ def problem_of(exc: LogtriageError) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Completed:
+    """A just-stored analysis with everything its API resource shows (no second read needed)."""
+
+    row: Analysis  # detached, fully loaded
+    files: list[AnalysisFile]
+    standing: repo.Standing
+
+
+@dataclass(frozen=True)
 class Started:
     analysis_id: str
-    task: asyncio.Task[None] | None  # None when an idempotent replay found an earlier request
+    task: asyncio.Task[Completed] | None  # None when an idempotent replay found an earlier request
     replayed: bool = False
 
 
@@ -575,7 +590,7 @@ class AnalysisService:
         self.store = store
         self.pool = pool
         self.runner = runner_id()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Completed]] = set()
 
     # -- new analyses ---------------------------------------------------------------------------
 
@@ -605,7 +620,7 @@ class AnalysisService:
         task.add_done_callback(self._forget)
         return Started(analysis_id, task)
 
-    def _forget(self, task: asyncio.Task[None]) -> None:
+    def _forget(self, task: asyncio.Task[Completed]) -> None:
         self._tasks.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved: failures are stored on the analysis
@@ -641,12 +656,12 @@ class AnalysisService:
             )
             return row.id, False
 
-    async def _process(self, analysis_id: str, job: ScanJob, spool: Path) -> None:
+    async def _process(self, analysis_id: str, job: ScanJob, spool: Path) -> Completed:
         try:
             result = await self.pool.call(scan_upload, job)
             if isinstance(result, JobError):
                 raise result.to_exception()
-            await asyncio.to_thread(self._persist, analysis_id, result)
+            return await asyncio.to_thread(self._persist, analysis_id, result)
         except asyncio.CancelledError:
             await asyncio.to_thread(self._fail, analysis_id, ServiceUnavailableError("the server shut down"))
             raise
@@ -659,14 +674,27 @@ class AnalysisService:
         finally:
             remove_tree(spool)
 
-    def _persist(self, analysis_id: str, outcome: ScanOutcome) -> None:
+    def _persist(self, analysis_id: str, outcome: ScanOutcome) -> Completed:
         new = commit_blobs(self.store, outcome)
         try:
             with self.db.write() as s:
-                complete_from_outcome(s, analysis_id=analysis_id, outcome=outcome)
+                row, standing = complete_from_outcome(
+                    s, analysis_id=analysis_id, outcome=outcome, settings=self.settings
+                )
         except BaseException:
             self._drop_new_blobs(new)
             raise
+        files = [
+            AnalysisFile(
+                analysis_id=row.id,
+                position=i,
+                name=f.name[:255],
+                blob_sha256=f.blob.sha256,
+                size=f.blob.size,
+            )
+            for i, f in enumerate(outcome.files)
+        ]
+        return Completed(row=row, files=files, standing=standing)
 
     def _drop_new_blobs(self, shas: list[str]) -> None:
         for sha in shas:

@@ -204,6 +204,7 @@ def test_recurring_failures_share_a_fingerprint(client: httpx.Client) -> None:
     assert rec["total"] >= 3 and rec["in_window"] >= 3 and rec["window_days"] == 7
     assert rec["summary"].startswith(f"seen {rec['in_window']} times in 7 days")
     assert "first on" in rec["summary"]
+    assert client.get(f"{API}/{ids[-1]}").json() == body  # the upload's answer == a later read
     fps = {client.get(f"{API}/{i}").json()["recurrence"]["fingerprint"] for i in ids}
     assert len(fps) == 1
     listed = client.get(API, params={"fingerprint": fps.pop(), "limit": 200}).json()["items"]
@@ -222,6 +223,8 @@ def test_suspect_host_in_hardware_failures_across_jobs(client: httpx.Client) -> 
     assert ip in {s["host"] for s in stats["suspect_hosts"]}
     md = client.get(second["links"]["report_md"]).text
     assert f"Suspect node `{ip}`" in md
+    # the upload's answer is built from what was just written, a GET reads it back: the same
+    assert client.get(second["links"]["self"]).json() == second
 
 
 def test_stored_log_is_redacted_and_supports_ranges(client: httpx.Client) -> None:

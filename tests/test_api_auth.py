@@ -184,6 +184,7 @@ def test_token_cli_errors(auth_server: LiveServer) -> None:
 
 
 def test_httpx_client_sees_auth_problem_shape(auth_server: LiveServer) -> None:
+    create_token(auth_server, uname("shape"), "read")  # a token exists: no longer open mode
     with httpx.Client(base_url=auth_server.url) as c:
         r = c.get(API)
     assert r.json()["type"] == "/problems/unauthorized"

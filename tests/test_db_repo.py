@@ -12,7 +12,8 @@ import pytest
 
 from app.blobstore import blob_store_for
 from app.db import repo
-from app.db.migrate import upgrade
+from app.db.migrate import downgrade, upgrade
+from app.db.models import RecurrenceDay, RecurrenceHost, RecurrenceJob
 from app.db.session import Database
 from app.errors import ConflictError, NotFoundError, UsageError
 from app.fingerprint import fingerprint
@@ -135,6 +136,69 @@ def test_complete_list_recurrence_and_suspects(db: Database, tmp_path: Path, ana
             repo.get_analysis(s, analysis_id=repo.new_id())
         versions = repo.rule_versions(s, rule_id="cuda-out-of-memory")
         assert len(versions) == 1  # one row for many analyses of the same rule version
+
+
+def _counters(db: Database) -> dict[str, list[tuple[Any, ...]]]:
+    with db.read() as s:
+        return {
+            "days": sorted(
+                (r.fingerprint, r.day, r.analyses, r.first_at, r.last_at, r.first_analysis_id)
+                for r in s.query(RecurrenceDay)
+            ),
+            "jobs": sorted((r.fingerprint, r.job_key, r.analyses) for r in s.query(RecurrenceJob)),
+            "hosts": sorted((r.fingerprint, r.host, r.analyses) for r in s.query(RecurrenceHost)),
+        }
+
+
+def test_recurrence_counters_follow_retriage(db: Database, tmp_path: Path, analyze: Analyze) -> None:
+    oom = result_of(analyze, OOM.format(gib="1.5"))
+    ecc = result_of(analyze, ECC.format(ip="10.0.0.7"))
+    a = store_analysis(db, tmp_path, oom, content=b"a\n", meta=repo.JobMeta(job_id="ja", host="n1"))
+    b = store_analysis(db, tmp_path, oom, content=b"b\n", meta=repo.JobMeta(job_id="jb", host="n2"))
+    with db.read() as s:
+        fp_oom = repo.get_analysis(s, analysis_id=a).fingerprint or ""
+        rec = repo.recurrence(s, fingerprint_=fp_oom, days=7)
+        assert rec is not None and (rec.total, rec.jobs, rec.first_analysis_id) == (2, 2, a)
+    # the first analysis turns out to be an ECC failure: it leaves the OOM counts, joins ECC's
+    with db.write() as s:
+        repo.apply_retriage(s, analysis_id=a, analysis=ecc, library_version="0.2.0", rules=[])
+    with db.read() as s:
+        rec = repo.recurrence(s, fingerprint_=fp_oom, days=7)
+        assert rec is not None and (rec.total, rec.jobs, rec.first_analysis_id) == (1, 1, b)
+        fp_ecc = repo.get_analysis(s, analysis_id=a).fingerprint or ""
+        rec_ecc = repo.recurrence(s, fingerprint_=fp_ecc, days=7)
+        assert rec_ecc is not None and (rec_ecc.total, rec_ecc.hosts, rec_ecc.first_analysis_id) == (1, 1, a)
+    assert [key for fp, key, _n in _counters(db)["jobs"] if fp == fp_oom] == ["jb"]
+    with db.write() as s:
+        repo.apply_retriage(s, analysis_id=b, analysis=ecc, library_version="0.2.0", rules=[])
+    with db.read() as s:
+        assert repo.recurrence(s, fingerprint_=fp_oom, days=7) is None  # no row left behind
+        rec_ecc = repo.recurrence(s, fingerprint_=fp_ecc, days=7)
+        assert rec_ecc is not None and rec_ecc.total == 2 and rec_ecc.jobs == 2
+
+
+def test_recurrence_window_is_exact_at_its_start(db: Database, tmp_path: Path, analyze: Analyze) -> None:
+    aid = store_analysis(db, tmp_path, result_of(analyze, OOM.format(gib="3")), content=b"w\n")
+    with db.read() as s:
+        row = repo.get_analysis(s, analysis_id=aid)
+        fp, created = row.fingerprint or "", row.created_at
+        inside = repo.recurrence(s, fingerprint_=fp, days=7, now=created + dt.timedelta(days=7, seconds=-1))
+        outside = repo.recurrence(s, fingerprint_=fp, days=7, now=created + dt.timedelta(days=7, seconds=1))
+    assert inside is not None and inside.in_window == 1 and inside.total == 1
+    assert outside is not None and outside.in_window == 0 and outside.total == 1
+
+
+def test_migration_backfill_equals_live_counters(db: Database, tmp_path: Path, analyze: Analyze) -> None:
+    ecc = result_of(analyze, ECC.format(ip="10.0.0.9"))
+    for i, job in enumerate(("e1", "e2", None)):
+        store_analysis(db, tmp_path, ecc, content=f"ecc {i}\n".encode(), meta=repo.JobMeta(job_id=job))
+    store_analysis(db, tmp_path, ecc, content=b"ecc 0\n", meta=repo.JobMeta(job_id="dup"))  # duplicate
+    store_analysis(db, tmp_path, result_of(analyze, OOM.format(gib="9")), content=b"o\n")
+    live = _counters(db)
+    assert [n for *_, n in live["jobs"]].count(1) == 4 and len(live["hosts"]) == 2
+    downgrade(db.engine, "0001")
+    upgrade(db.engine)
+    assert _counters(db) == live
 
 
 def test_idempotency_key_is_unique_per_scope(db: Database) -> None:

@@ -22,6 +22,9 @@ TABLES = {
     "feedback",
     "finding_hosts",
     "findings",
+    "recurrence_days",
+    "recurrence_hosts",
+    "recurrence_jobs",
     "retriages",
     "rule_versions",
 }

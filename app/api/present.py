@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db import repo
-from app.db.models import Analysis, Finding, FindingHost
+from app.db.models import Analysis, AnalysisFile, Feedback
 from app.settings import Settings
 
 API = "/api/v1"
@@ -85,18 +85,6 @@ def suspect_dict(s: repo.SuspectHost) -> dict[str, Any]:
     }
 
 
-def hardware_hosts(session: Session, *, analysis_id: str) -> list[str]:
-    return sorted(
-        set(
-            session.scalars(
-                select(FindingHost.host)
-                .join(Finding, Finding.id == FindingHost.finding_id)
-                .where(Finding.analysis_id == analysis_id, Finding.kind == "hardware")
-            )
-        )
-    )
-
-
 def feedback_dict(f: Any) -> dict[str, Any]:
     return {
         "id": f.id,
@@ -108,7 +96,15 @@ def feedback_dict(f: Any) -> dict[str, Any]:
     }
 
 
-def resource(session: Session, *, row: Analysis, base: str, settings: Settings) -> dict[str, Any]:
+def resource(
+    *,
+    row: Analysis,
+    base: str,
+    files: Sequence[AnalysisFile],
+    feedback: Sequence[Feedback],
+    standing: repo.Standing,
+) -> dict[str, Any]:
+    """The API resource of an analysis; pure: the caller has read (or just written) every part."""
     url = analysis_url(base, row.id)
     out: dict[str, Any] = {
         "id": row.id,
@@ -121,28 +117,27 @@ def resource(session: Session, *, row: Analysis, base: str, settings: Settings) 
         "permalink": f"{url}/report.html",
         "files": [
             {"name": f.name, "size": f.size, "sha256": f.blob_sha256, "url": f"{url}/log?file={f.position}"}
-            for f in row.files
+            for f in files
         ],
         "config": {"name": row.config_name, "sha256": row.config_sha256} if row.config_sha256 else None,
         "duplicate_of": row.duplicate_of_id,
-        "recurrence": None,
-        "suspect_hosts": [],
-        "feedback": [feedback_dict(f) for f in row.feedback],
+        "recurrence": recurrence_dict(standing.recurrence) if standing.recurrence else None,
+        "suspect_hosts": [suspect_dict(s) for s in standing.suspects],
+        "feedback": [feedback_dict(f) for f in feedback],
         "retriaged_at": iso(row.retriaged_at),
         "error": row.error,
     }
     if row.status == "done" and row.result is not None:
-        if row.fingerprint:
-            rec = repo.recurrence(session, fingerprint_=row.fingerprint, days=settings.recurrence_days)
-            out["recurrence"] = recurrence_dict(rec) if rec else None
-        hosts = hardware_hosts(session, analysis_id=row.id)
-        if hosts:
-            suspects = repo.suspect_hosts(
-                session, days=settings.recurrence_days, min_jobs=settings.suspect_min_jobs, only=hosts
-            )
-            out["suspect_hosts"] = [suspect_dict(s) for s in suspects]
         out.update(row.result)
     return out
+
+
+def load_resource(session: Session, *, row: Analysis, base: str, settings: Settings) -> dict[str, Any]:
+    """The resource of a stored analysis (`row` loaded with its files and feedback)."""
+    standing = repo.standing_of(
+        session, row=row, days=settings.recurrence_days, suspect_min_jobs=settings.suspect_min_jobs
+    )
+    return resource(row=row, base=base, files=row.files, feedback=row.feedback, standing=standing)
 
 
 def summary(row: Analysis, *, base: str) -> dict[str, Any]:

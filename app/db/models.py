@@ -7,11 +7,12 @@ blob in the data directory (``blobs`` records which blobs exist and their sizes)
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -66,6 +68,11 @@ class Base(DeclarativeBase):
         dict[str, Any]: JSON,
         dict[str, str]: JSON,
     }
+
+
+def table_of(model: type[Base]) -> Table:
+    """A model's table, typed (Core inserts of many rows skip the ORM unit of work)."""
+    return cast(Table, model.__table__)
 
 
 class ApiToken(Base):
@@ -237,3 +244,36 @@ class Retriage(Base):
     from_class: Mapped[str | None] = mapped_column(String(100))
     to_class: Mapped[str] = mapped_column(String(100))
     changes: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class RecurrenceDay(Base):
+    """Counted analyses of a root-cause fingerprint per UTC day (see app/db/rollup.py)."""
+
+    __tablename__ = "recurrence_days"
+
+    fingerprint: Mapped[str] = mapped_column(String(32), primary_key=True)
+    day: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    analyses: Mapped[int]
+    first_at: Mapped[dt.datetime]
+    last_at: Mapped[dt.datetime]
+    first_analysis_id: Mapped[str] = mapped_column(String(26))
+
+
+class RecurrenceJob(Base):
+    """Counted analyses of a fingerprint per job (the analysis id when the hook named no job)."""
+
+    __tablename__ = "recurrence_jobs"
+
+    fingerprint: Mapped[str] = mapped_column(String(32), primary_key=True)
+    job_key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    analyses: Mapped[int]
+
+
+class RecurrenceHost(Base):
+    """Counted analyses of a fingerprint per host its root-cause findings named."""
+
+    __tablename__ = "recurrence_hosts"
+
+    fingerprint: Mapped[str] = mapped_column(String(32), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    analyses: Mapped[int]

@@ -13,11 +13,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Select, and_, delete, exists, func, or_, select, tuple_, update
+from sqlalchemy import Select, and_, delete, exists, func, insert, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
+from app.db import rollup
 from app.db.models import (
     Analysis,
     AnalysisFile,
@@ -28,6 +29,7 @@ from app.db.models import (
     FindingHost,
     Retriage,
     RuleVersion,
+    table_of,
     utcnow,
 )
 from app.errors import ConflictError, NotFoundError, UsageError
@@ -195,37 +197,63 @@ def log_digest(shas: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(sorted(shas)).encode()).hexdigest()
 
 
-def _upsert_rule_versions(
+def _rule_version_ids(
     session: Session, *, rules: Iterable[RuleRecord], library_version: str
 ) -> dict[str, int]:
-    rows = []
-    keys = []
-    for r in rules:
-        sha = hashlib.sha256(r.text.encode()).hexdigest()
-        keys.append((r.rule_id, r.version, sha))
-        rows.append(
-            {
-                "rule_id": r.rule_id,
-                "version": r.version,
-                "text_sha256": sha,
-                "text": r.text,
-                "failure_class": r.failure_class,
-                "title": r.title[:200],
-                "library_version": library_version,
-                "first_seen_at": utcnow(),
-            }
-        )
-    _insert_ignore(session, RuleVersion, rows)
-    if not keys:
+    """Ids of the rule versions (rule text as matched), inserting the ones not stored yet.
+
+    Steady state is one SELECT: the library changes rarely, so the texts are almost always stored.
+    """
+    by_key = {(r.rule_id, r.version, hashlib.sha256(r.text.encode()).hexdigest()): r for r in rules}
+    if not by_key:
         return {}
-    # one round trip for all ids (a query per rule was a third of a small upload's DB time)
-    found = session.execute(
-        select(RuleVersion.rule_id, RuleVersion.version, RuleVersion.text_sha256, RuleVersion.id).where(
-            tuple_(RuleVersion.rule_id, RuleVersion.version, RuleVersion.text_sha256).in_(keys)
+
+    def lookup() -> dict[tuple[str, int, str], int]:
+        found = session.execute(
+            select(RuleVersion.rule_id, RuleVersion.version, RuleVersion.text_sha256, RuleVersion.id).where(
+                tuple_(RuleVersion.rule_id, RuleVersion.version, RuleVersion.text_sha256).in_(list(by_key))
+            )
         )
-    )
-    wanted = set(keys)
-    return {rid: rv_id for rid, ver, sha, rv_id in found if (rid, ver, sha) in wanted}
+        return {(rid, ver, sha): rv_id for rid, ver, sha, rv_id in found}
+
+    ids = lookup()
+    missing = [k for k in by_key if k not in ids]
+    if missing:
+        now = utcnow()
+        _insert_ignore(
+            session,
+            RuleVersion,
+            [
+                {
+                    "rule_id": rid,
+                    "version": ver,
+                    "text_sha256": sha,
+                    "text": by_key[(rid, ver, sha)].text,
+                    "failure_class": by_key[(rid, ver, sha)].failure_class,
+                    "title": by_key[(rid, ver, sha)].title[:200],
+                    "library_version": library_version,
+                    "first_seen_at": now,
+                }
+                for rid, ver, sha in missing
+            ],
+        )
+        ids = lookup()
+    return {rid: rv_id for (rid, _ver, _sha), rv_id in ids.items()}
+
+
+def _finding_hosts(row: Analysis, finding: dict[str, Any]) -> list[str]:
+    """Where a finding happened: the hosts its lines name, else the host the hook reported."""
+    named = [h[:255] for h in (finding.get("hosts") or [])]
+    return list(dict.fromkeys(named or ([row.host[:255]] if row.host else [])))
+
+
+def _root_hosts(row: Analysis, analysis: dict[str, Any]) -> list[str]:
+    """Hosts of the findings that carry the root cause's fingerprint (recurrence counts them)."""
+    out: list[str] = []
+    for f in analysis.get("findings") or []:
+        if fingerprint(f["rule_id"], f.get("captures") or {}) == row.fingerprint:
+            out += _finding_hosts(row, f)
+    return out
 
 
 def _write_result(
@@ -235,9 +263,13 @@ def _write_result(
     analysis: dict[str, Any],
     library_version: str,
     rules: Iterable[RuleRecord],
+    replace: bool,
 ) -> None:
-    rule_ids = _upsert_rule_versions(session, rules=rules, library_version=library_version)
-    session.execute(delete(Finding).where(Finding.analysis_id == row.id))
+    """Store the result on `row` and its findings (Core inserts: the ORM unit of work cost more
+    than the database did for these rows)."""
+    rule_ids = _rule_version_ids(session, rules=rules, library_version=library_version)
+    if replace:
+        session.execute(delete(Finding).where(Finding.analysis_id == row.id))
     root = analysis.get("root_cause")
     fw = analysis.get("framework") or {}
     row.result = analysis
@@ -247,24 +279,35 @@ def _write_result(
     row.root_rule_id = root["rule_id"] if root else None
     row.fingerprint = fingerprint(root["rule_id"], root.get("captures") or {}) if root else None
     row.framework_detected = fw.get("name")
-    for i, f in enumerate(analysis.get("findings") or []):
-        hosts = [h[:255] for h in (f.get("hosts") or [])] or ([row.host] if row.host else [])
-        finding = Finding(
-            analysis_id=row.id,
-            position=i,
-            rule_version_id=rule_ids.get(f["rule_id"]),
-            rule_id=f["rule_id"],
-            rule_version=f["rule_version"],
-            failure_class=f["failure_class"],
-            kind=f["kind"],
-            severity=f["severity"],
-            role=f["role"],
-            confidence=float(f["confidence"]),
-            count=int(f["count"]),
-            fingerprint=fingerprint(f["rule_id"], f.get("captures") or {}),
-            hosts=[FindingHost(host=h) for h in dict.fromkeys(hosts)],
-        )
-        session.add(finding)
+    findings = analysis.get("findings") or []
+    if not findings:
+        return
+    finding_rows = [
+        {
+            "analysis_id": row.id,
+            "position": i,
+            "rule_version_id": rule_ids.get(f["rule_id"]),
+            "rule_id": f["rule_id"],
+            "rule_version": f["rule_version"],
+            "failure_class": f["failure_class"],
+            "kind": f["kind"],
+            "severity": f["severity"],
+            "role": f["role"],
+            "confidence": float(f["confidence"]),
+            "count": int(f["count"]),
+            "fingerprint": fingerprint(f["rule_id"], f.get("captures") or {}),
+        }
+        for i, f in enumerate(findings)
+    ]
+    ids = session.scalars(
+        insert(table_of(Finding)).returning(table_of(Finding).c.id, sort_by_parameter_order=True),
+        finding_rows,
+    ).all()
+    host_rows = []
+    for fid, f in zip(ids, findings, strict=True):
+        host_rows += [{"finding_id": fid, "host": h} for h in _finding_hosts(row, f)]
+    if host_rows:
+        session.execute(insert(table_of(FindingHost)), host_rows)
 
 
 def complete_analysis(
@@ -276,43 +319,72 @@ def complete_analysis(
     files: Sequence[FileRecord],
     config: FileRecord | None,
     rules: Iterable[RuleRecord],
-) -> Analysis:
+    recurrence_days: int = 7,
+    suspect_min_jobs: int = 2,
+) -> tuple[Analysis, Standing]:
+    """Store a finished analysis; returns it with its standing (recurrence counts it)."""
     row = session.get(Analysis, analysis_id)
     if row is None:
         raise NotFoundError(f"analysis {analysis_id} vanished while it was running")
-    blobs = [f.blob for f in files] + ([config.blob] if config else [])
-    _insert_ignore(
-        session,
-        Blob,
-        [
-            {"sha256": b.sha256, "size": b.size, "stored_size": b.stored_size, "created_at": utcnow()}
-            for b in blobs
-        ],
-    )
-    for i, f in enumerate(files):
-        session.add(
-            AnalysisFile(
-                analysis_id=row.id, position=i, name=f.name[:255], blob_sha256=f.blob.sha256, size=f.blob.size
-            )
+    # no autoflush: the row's changes go out as one UPDATE at the end, not one per query
+    with session.no_autoflush:
+        blobs = [f.blob for f in files] + ([config.blob] if config else [])
+        now = utcnow()
+        _insert_ignore(
+            session,
+            Blob,
+            [
+                {"sha256": b.sha256, "size": b.size, "stored_size": b.stored_size, "created_at": now}
+                for b in blobs
+            ],
         )
-    digest = log_digest([f.blob.sha256 for f in files])
-    row.log_digest = digest
-    row.log_bytes = sum(f.blob.size for f in files)
-    if config:
-        row.config_name = config.name[:255]
-        row.config_sha256 = config.blob.sha256
-    row.duplicate_of_id = session.scalar(
-        select(Analysis.id)
-        .where(Analysis.log_digest == digest, Analysis.id != row.id, Analysis.duplicate_of_id.is_(None))
-        .order_by(Analysis.id)
-        .limit(1)
-    )
-    _write_result(session, row=row, analysis=analysis, library_version=library_version, rules=rules)
-    row.status = "done"
-    row.finished_at = utcnow()
-    row.runner = None
+        if files:
+            session.execute(
+                insert(table_of(AnalysisFile)),
+                [
+                    {
+                        "analysis_id": row.id,
+                        "position": i,
+                        "name": f.name[:255],
+                        "blob_sha256": f.blob.sha256,
+                        "size": f.blob.size,
+                    }
+                    for i, f in enumerate(files)
+                ],
+            )
+        digest = log_digest([f.blob.sha256 for f in files])
+        row.log_digest = digest
+        row.log_bytes = sum(f.blob.size for f in files)
+        if config:
+            row.config_name = config.name[:255]
+            row.config_sha256 = config.blob.sha256
+        row.duplicate_of_id = session.scalar(
+            select(Analysis.id)
+            .where(Analysis.log_digest == digest, Analysis.id != row.id, Analysis.duplicate_of_id.is_(None))
+            .order_by(Analysis.id)
+            .limit(1)
+        )
+        _write_result(
+            session, row=row, analysis=analysis, library_version=library_version, rules=rules, replace=False
+        )
+        row.status = "done"
+        row.finished_at = utcnow()
+        row.runner = None
+    contribution = rollup.contribution_of(row, hosts=_root_hosts(row, analysis))
     session.flush()
-    return row
+    standing = standing_of(
+        session,
+        row=row,
+        days=recurrence_days,
+        suspect_min_jobs=suspect_min_jobs,
+        hardware=result_hardware_hosts(row, analysis),
+        pending=contribution,
+    )
+    if contribution is not None:
+        # last before commit: every upload of a common failure updates these same rows, and a
+        # row stays locked from its update until commit
+        rollup.count(session, contribution)
+    return row, standing
 
 
 def blob_referenced(session: Session, *, sha256: str) -> bool:
@@ -405,9 +477,22 @@ def apply_retriage(
             changes=changes,
         )
     )
-    _write_result(session, row=row, analysis=analysis, library_version=library_version, rules=rules)
+    old = None
+    if row.status == "done" and row.fingerprint:
+        old = rollup.contribution_of(
+            row, hosts=rollup.stored_root_hosts(session, analysis_id=row.id, fingerprint_=row.fingerprint)
+        )
+    _write_result(
+        session, row=row, analysis=analysis, library_version=library_version, rules=rules, replace=True
+    )
     row.retriaged_at = utcnow()
+    new = rollup.contribution_of(row, hosts=_root_hosts(row, analysis))
     session.flush()
+    if old != new:
+        if old is not None:
+            rollup.uncount(session, old)
+        if new is not None:
+            rollup.count(session, new)
     return row, changes
 
 
@@ -547,58 +632,13 @@ def add_feedback(
 # --- recurrence, suspect hosts, stats -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Recurrence:
-    fingerprint: str
-    total: int
-    in_window: int
-    window_days: int
-    first_seen: dt.datetime
-    first_analysis_id: str
-    last_seen: dt.datetime
-    jobs: int
-    hosts: int
+Recurrence = rollup.Recurrence
 
 
 def recurrence(
     session: Session, *, fingerprint_: str, days: int, now: dt.datetime | None = None
 ) -> Recurrence | None:
-    now = now or utcnow()
-    base = (
-        Analysis.fingerprint == fingerprint_,
-        Analysis.status == "done",
-        Analysis.duplicate_of_id.is_(None),
-    )
-    # one aggregate query instead of four (ids are ULIDs: the smallest is the first one stored)
-    total, first, last, in_window, first_id, jobs = session.execute(
-        select(
-            func.count(),
-            func.min(Analysis.created_at),
-            func.max(Analysis.created_at),
-            func.count().filter(Analysis.created_at >= now - dt.timedelta(days=days)),
-            func.min(Analysis.id),
-            func.count(func.distinct(func.coalesce(Analysis.job_id, Analysis.id))),
-        ).where(*base)
-    ).one()
-    if not total:
-        return None
-    hosts = session.scalar(
-        select(func.count(func.distinct(FindingHost.host)))
-        .join(Finding, Finding.id == FindingHost.finding_id)
-        .join(Analysis, Analysis.id == Finding.analysis_id)
-        .where(*base, Finding.fingerprint == fingerprint_)
-    )
-    return Recurrence(
-        fingerprint=fingerprint_,
-        total=int(total),
-        in_window=int(in_window or 0),
-        window_days=days,
-        first_seen=_aware(first),
-        first_analysis_id=str(first_id),
-        last_seen=_aware(last),
-        jobs=int(jobs or 0),
-        hosts=int(hosts or 0),
-    )
+    return rollup.recurrence(session, fingerprint_=fingerprint_, days=days, now=now)
 
 
 def _iso(value: Any) -> str:
@@ -674,6 +714,56 @@ def suspect_hosts(
         if len(h["jobs"]) >= min_jobs
     ]
     return sorted(out, key=lambda s: (-s.jobs, -s.failures, s.host))
+
+
+@dataclass(frozen=True)
+class Standing:
+    """How an analysis' failure stands in the history: recurrence and suspect hosts."""
+
+    recurrence: Recurrence | None = None
+    suspects: list[SuspectHost] = field(default_factory=list)
+
+
+def hardware_hosts(session: Session, *, analysis_id: str) -> list[str]:
+    return sorted(
+        set(
+            session.scalars(
+                select(FindingHost.host)
+                .join(Finding, Finding.id == FindingHost.finding_id)
+                .where(Finding.analysis_id == analysis_id, Finding.kind == "hardware")
+            )
+        )
+    )
+
+
+def result_hardware_hosts(row: Analysis, analysis: dict[str, Any]) -> list[str]:
+    """The hosts `hardware_hosts` would read back once `analysis` is stored for `row`."""
+    return sorted(
+        {h for f in analysis.get("findings") or [] if f["kind"] == "hardware" for h in _finding_hosts(row, f)}
+    )
+
+
+def standing_of(
+    session: Session,
+    *,
+    row: Analysis,
+    days: int,
+    suspect_min_jobs: int,
+    hardware: Sequence[str] | None = None,
+    pending: rollup.Contribution | None = None,
+) -> Standing:
+    """Recurrence and suspect hosts of a finished analysis (`hardware`: its hardware hosts when
+    the caller already knows them, else read from its findings)."""
+    if row.status != "done" or row.result is None:
+        return Standing()
+    rec = (
+        rollup.recurrence(session, fingerprint_=row.fingerprint, days=days, pending=pending)
+        if row.fingerprint
+        else None
+    )
+    hosts = hardware_hosts(session, analysis_id=row.id) if hardware is None else list(hardware)
+    suspects = suspect_hosts(session, days=days, min_jobs=suspect_min_jobs, only=hosts) if hosts else []
+    return Standing(rec, suspects)
 
 
 def stats(
