@@ -409,36 +409,62 @@ def retriage_stored(job: RetriageJob) -> ScanOutcome | JobError:
 # --- server side --------------------------------------------------------------------------------
 
 
+BULK_NICE = 10  # CFS gives a nice-10 process about a tenth of a core when the core is contended
+
+
+def _lower_priority(payload: dict[str, Any]) -> None:
+    """Bulk-lane initializer: a low CPU priority, inherited by the redact/scan processes it forks."""
+    os.nice(BULK_NICE)
+    init_worker(payload)
+
+
 class ScanPool:
-    """Scan worker processes (spawned: no state is shared with the server's threads)."""
+    """Scan worker processes (spawned: no state is shared with the server's threads), in two lanes.
+
+    Hooks' logs are small and someone waits for each; a multi-GB upload can take both cores for
+    tens of seconds. Uploads of `settings.bulk_bytes` or more therefore go to one extra worker at
+    low CPU priority: it uses the cores the small analyses leave idle, and they keep their latency.
+    """
 
     def __init__(self, settings: Settings, *, workers: int | None = None) -> None:
         self.settings = settings
         self.workers = workers or settings.analysis_workers
         self._pool: ProcessPoolExecutor | None = None
+        self._bulk: ProcessPoolExecutor | None = None
         self.ready = asyncio.Event()
         self.library_version: str | None = None
         self.failure: str | None = None
 
-    def _ensure(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.workers,
+    def _ensure(self, bulk: bool) -> ProcessPoolExecutor:
+        pool = self._bulk if bulk else self._pool
+        if pool is None:
+            pool = ProcessPoolExecutor(
+                max_workers=1 if bulk else self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=init_worker,
+                initializer=_lower_priority if bulk else init_worker,
                 initargs=(worker_settings_payload(self.settings),),
             )
-        return self._pool
+            if bulk:
+                self._bulk = pool
+            else:
+                self._pool = pool
+        return pool
 
-    async def call(self, fn: Callable[[T], R], arg: T) -> R:
-        pool = self._ensure()
+    def is_bulk(self, job: ScanJob) -> bool:
+        limit = self.settings.bulk_bytes
+        return limit > 0 and sum(Path(f.path).stat().st_size for f in job.files) >= limit
+
+    async def call(self, fn: Callable[[T], R], arg: T, *, bulk: bool = False) -> R:
+        pool = self._ensure(bulk)
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(pool, fn, arg)
         except BrokenProcessPool as exc:
             if self._pool is pool:
                 self._pool = None
-                pool.shutdown(wait=False, cancel_futures=True)
+            if self._bulk is pool:
+                self._bulk = None
+            pool.shutdown(wait=False, cancel_futures=True)
             raise ServiceUnavailableError(
                 f"a scan worker process died ({exc}); retry the request (see the server log if it persists)"
             ) from None
@@ -454,9 +480,10 @@ class ScanPool:
             log.error("scan workers failed to start: %s", self.failure)
 
     def shutdown(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        for pool in (self._pool, self._bulk):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = self._bulk = None
 
 
 def runner_id() -> str:
@@ -658,7 +685,8 @@ class AnalysisService:
 
     async def _process(self, analysis_id: str, job: ScanJob, spool: Path) -> Completed:
         try:
-            result = await self.pool.call(scan_upload, job)
+            bulk = await asyncio.to_thread(self.pool.is_bulk, job)
+            result = await self.pool.call(scan_upload, job, bulk=bulk)
             if isinstance(result, JobError):
                 raise result.to_exception()
             return await asyncio.to_thread(self._persist, analysis_id, result)

@@ -1,0 +1,49 @@
+"""The scan pool's two lanes: big uploads run in a low-priority process, small ones do not."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from app.pipeline import BULK_NICE, InputFile, ScanJob, ScanOutcome, ScanPool, scan_upload
+from tests.servicekit import ECC, make_settings, training_log
+
+
+def _job(tmp_path: Path, name: str, size: int) -> ScanJob:
+    text = training_log(ECC.format(ip="10.1.2.3"))
+    path = tmp_path / name
+    path.write_text("step log line\n" * max(0, (size - len(text)) // 14) + text)
+    return ScanJob(files=(InputFile(name, str(path)),))
+
+
+def test_big_uploads_go_to_the_low_priority_lane(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "data", None, bulk_bytes=64 << 10)
+    small, big = _job(tmp_path, "small.log", 8 << 10), _job(tmp_path, "big.log", 256 << 10)
+    pool = ScanPool(settings)
+
+    async def run() -> tuple[bool, bool, int, int, object, object]:
+        try:
+            return (
+                pool.is_bulk(small),
+                pool.is_bulk(big),
+                await pool.call(os.nice, 0),  # os.nice(0) returns the process' niceness
+                await pool.call(os.nice, 0, bulk=True),
+                await pool.call(scan_upload, small),
+                await pool.call(scan_upload, big, bulk=True),
+            )
+        finally:
+            pool.shutdown()
+
+    small_bulk, big_bulk, nice, bulk_nice, small_out, big_out = asyncio.run(run())
+    assert (small_bulk, big_bulk) == (False, True)
+    assert bulk_nice == min(19, nice + BULK_NICE)
+    # both lanes analyse the same way
+    for out in (small_out, big_out):
+        assert isinstance(out, ScanOutcome)
+        assert out.analysis["root_cause"]["failure_class"] == "hardware.gpu_ecc_error"
+
+
+def test_bulk_lane_can_be_switched_off(tmp_path: Path) -> None:
+    pool = ScanPool(make_settings(tmp_path / "data", None, bulk_bytes=0))
+    assert pool.is_bulk(_job(tmp_path, "huge.log", 1 << 20)) is False
