@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from app.engine.lines import normalise, parse_context
+from app.engine import lines
+from app.engine.lines import LineContext, normalise, parse_context
 
 
 @pytest.mark.parametrize(
@@ -46,3 +49,74 @@ def test_normalise_strips_ansi_and_truncates() -> None:
     assert normalise(b"\x1b[31mred\x1b[0m text", max_chars=100) == "red text"
     out = normalise(b"a" * 50, max_chars=10)
     assert out.startswith("a" * 10) and out.endswith("[truncated]")
+
+
+def _parse_context_unoptimised(text: str, *, max_prefixes: int = 4) -> LineContext:
+    """parse_context without its shortcuts: every prefix pattern tried, every search run."""
+    ctx = LineContext()
+    rest = text
+    for _ in range(max_prefixes):
+        for kind, pat in lines._PREFIXES:
+            m = pat.match(rest)
+            if not m:
+                continue
+            g = m.groupdict()
+            if kind == "pdsh" and g["host"].lower().endswith(lines._NOT_HOSTS_SUFFIX):
+                continue
+            if g.get("rank") is not None and ctx.rank is None:
+                ctx.rank = int(g["rank"])
+            if g.get("pid"):
+                ctx.pid = int(g["pid"])
+            if g.get("ip"):
+                ctx.ip = g["ip"]
+            if g.get("actor"):
+                ctx.actor = g["actor"]
+            if g.get("host") and ctx.host is None:
+                ctx.host = g["host"]
+            rest = rest[m.end() :]
+            break
+        else:
+            break
+    nm = lines._NCCL.search(rest)
+    if nm:
+        ctx.host = ctx.host or nm.group("host")
+        ctx.pid = ctx.pid or int(nm.group("pid"))
+    if ctx.rank is None:
+        rm = lines._RANK_WORD.search(rest)
+        if rm:
+            ctx.rank = int(rm.group("rank") or rm.group("rank2"))
+    rep = lines._REPEATED.search(rest)
+    if rep:
+        ctx.repeats = int(rep.group("n"))
+    return ctx
+
+
+TRICKY = [
+    "",
+    "[",
+    "(",
+    "\u0661\u0662: boom",  # Arabic-Indic digits are \d: an srun rank
+    "\u0662\u0660\u0662\u0664-01-01 10:00:00 boom",
+    "[2024-05-01 10:00:00,123] [rank3]: worker-7: boom",
+    "2024-05-01T10:00:00.5 node-3:81234:81240 [3] NCCL WARN x",
+    "worker-3: node-4: [1,2]<stdout>: 7: (pid=9) [default1]: x",
+    "RuntimeError2: not a host",
+    "ValueError3x: not a host either",
+    "x NCCL ] NCCL rank=5 [repeated 2x across cluster]",
+    "Rank 3 [Rank 4] rank:5 [repeated 12x across cluster]  ",
+    "a.b-c:1:2 [0] NCCL INFO ok [rank 9]",
+    "\u00e9node-1: ok",
+    "(ActorTrain(actor_train-3) pid=77, ip=10.1.1.1, repeated 3x) boom",
+]
+
+
+def test_shortcuts_change_no_context() -> None:
+    # The first-character dispatch and the literal pre-checks only skip work that cannot match.
+    root = Path(__file__).resolve().parents[1]
+    texts = list(TRICKY)
+    for path in sorted({*root.glob("tests/corpus/*/*.log"), *root.glob("rules/*/*.log")}):
+        texts.extend(normalise(raw, max_chars=16_384) for raw in path.read_bytes().split(b"\n"))
+    assert len(texts) > 1000
+    for text in texts:
+        for variant in (text, text.lstrip(), text[:40]):
+            assert parse_context(variant) == _parse_context_unoptimised(variant), variant

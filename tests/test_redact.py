@@ -117,3 +117,62 @@ def test_stream_redaction_equals_line_by_line_redaction() -> None:
     data = "\n".join(lines).encode() + b"\n"
     out = b"".join(redact_stream(io.BytesIO(data), chunk_size=4096)).decode()
     assert out.splitlines() == [redact_text(line) for line in lines]
+
+
+def _hint_probes() -> list[str]:
+    """Lines with and without secrets, in the case and Unicode variants `(?i)` rules match."""
+    base = [line for _, line, _ in SECRETS] + [
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+        "hook https://hooks.slack.com/services/T000/B000/abcdefgh",
+        "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnop",
+        "token eyJ0eXAiOiJKV1QifQ.eyJ0eXBlIjoiYWNjZXNzIn0.abcdefghijklmn",
+        "session ASIAABCDEFGHIJKLMNOP ok",
+        "user xoxp-0987654321-zyxwvutsrq",
+        "HF_HOME=/x hf_ZYXWVUTSRQPONMLKJIHGFEDCBA98765",
+        "key sk-ant-ZYXWVUTSRQPONMLKJIHGF",
+        "github_pat_" + "b" * 40,
+        "ACCESS_KEY: 'abcdefgh1234'",
+        "Credentials = abcdefgh1234",
+        "--wandb-api-key=abcdef12345",
+        "pad_token: <|endoftext|> eos_token=abcdefgh1",
+        "https://alice:[REDACTED:url-credentials]@git.example.com",
+        "plain line, num_tokens: 12673904",
+    ]
+    probes: list[str] = []
+    for line in base:
+        probes += [line, line.upper(), line.lower(), "x" + line, f"\x1b[1m{line}\x1b[0m"]
+        # characters `regex` folds to ASCII letters under (?i), beyond str.lower()
+        probes += [line.replace("i", "\u0130"), line.replace("s", "\u017f"), line.replace("k", "\u212a")]
+    return probes
+
+
+def test_literal_hints_skip_only_rules_that_cannot_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collections import Counter
+
+    from app.engine import redact
+
+    assert {kind for kind, _ in redact.RULES} <= set(redact._HINTS)  # every rule gets the fast path
+    probes = _hint_probes()
+    fast_counts: Counter[str] = Counter()
+    fast = [redact_text(line, fast_counts) for line in probes]
+    monkeypatch.setattr(redact, "_HINTS", {})  # every rule on every line, as before the hints
+    full_counts: Counter[str] = Counter()
+    full = [redact_text(line, full_counts) for line in probes]
+    assert fast == full
+    assert fast_counts == full_counts
+    assert fast_counts["secret-assignment"] > 0 and fast_counts["bearer"] > 0
+
+
+def test_report_redacts_what_the_stored_copy_still_holds(analyze: Analyze) -> None:
+    # The service scans the stream-redacted copy of an upload, yet triage must still redact its
+    # evidence: the stream sees raw bytes, where an ANSI colour code glued to a token hides it
+    # from `\b`; the evidence is the normalised line, escape codes removed.
+    token = "hf_abcdefghijklmnopqrstuvwxyzABCDEF1234"
+    raw = (
+        'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n'
+        f"RuntimeError: login failed for \x1b[1m{token}\x1b[0m\n"
+    ).encode()
+    stored = b"".join(redact_stream(io.BytesIO(raw)))
+    a = analyze(stored)
+    assert a.findings and any("login failed" in e.text for f in a.findings for e in f.evidence)
+    assert token not in a.model_dump_json()

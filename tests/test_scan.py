@@ -67,6 +67,31 @@ def test_hits_on_chunk_boundaries_have_exact_line_numbers(compiled: CompiledLibr
     assert a.stats["lines"] == len(lines)
 
 
+def test_line_numbers_when_hits_end_early_in_chunks_and_last_line_lacks_newline(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    # The scan counts newlines up to the last verified line and only the rest of the chunk after
+    # it: hits early in a chunk, none in some chunks, and a final line without "\n".
+    lines = [f"step {i} ok\n" for i in range(200_000)]
+    expected = []
+    for at in (0, 5, 20_000, 20_001, 150_000):
+        lines[at] = OOM.format(n=at)
+        expected.append(at + 1)
+    lines.append(OOM.format(n=7).rstrip("\n"))
+    expected.append(len(lines))
+    path = tmp_path / "sparse.log"
+    path.write_text("".join(lines))
+    assert path.stat().st_size > 8 * CHUNK  # jobs=2 splits it
+    for jobs in (1, 2):
+        a = _run(compiled, path, jobs=jobs)
+        f = a.root_cause
+        assert f is not None
+        assert f.count == len(expected)
+        assert (f.first_line, f.last_line) == (expected[0], expected[-1])
+        assert [e.line for e in f.evidence] == [*expected[:3], expected[-1]]
+        assert a.stats["lines"] == len(lines)
+
+
 def test_hyperscan_and_regex_engines_give_identical_findings(
     compiled: CompiledLibrary, compiled_regex: CompiledLibrary, tmp_path: Path
 ) -> None:

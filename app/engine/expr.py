@@ -12,6 +12,7 @@ import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import regex
@@ -122,12 +123,19 @@ def _coerce(v: Any) -> Any:
     return v
 
 
-def evaluate(source: str, scope: Scope) -> Any:
+@lru_cache(maxsize=4096)
+def _parse(source: str) -> ast.expr:
+    """Parsed once per expression text: a library has a few hundred, and every finding of every
+    log evaluates its rule's. The tree is only read, so sharing it is safe."""
     try:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"cannot parse {source!r}: {exc.msg}") from None
-    return _eval(tree.body, scope)
+    return tree.body
+
+
+def evaluate(source: str, scope: Scope) -> Any:
+    return _eval(_parse(source), scope)
 
 
 def _eval(node: ast.AST, scope: Scope) -> Any:

@@ -1,7 +1,8 @@
 """Line normalisation and launcher-prefix parsing.
 
 Only lines the scanner reports are normalised (the hot path never touches the rest), so this
-module favours clarity over speed. The prefixes understood, outermost first:
+module favours clarity over speed (``parse_context`` only skips patterns that cannot match).
+The prefixes understood, outermost first:
 
 - pdsh/DeepSpeed multi-node launcher: ``worker-3: ...``
 - mpirun ``--tag-output``: ``[1,3]<stderr>: ...``
@@ -35,9 +36,35 @@ _PREFIXES = [
     ("pdsh", regex.compile(r"(?P<host>[A-Za-z][\w.-]*\d[\w.-]*):\s")),
     ("timestamp", regex.compile(r"\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?\]?\s*")),
 ]
+
+# parse_context runs on every verified line, so it tries only the prefixes whose pattern can
+# start with the line's first character; their order is kept, so the first match is the same.
+_BY_KIND = dict(_PREFIXES)
+_BRACKET_LED = [(k, _BY_KIND[k]) for k in ("mpi", "torchrun", "timestamp")]  # "[" first
+_PAREN_LED = [(k, _BY_KIND[k]) for k in ("ray",)]  # "(" first
+_LETTER_LED = [(k, _BY_KIND[k]) for k in ("pdsh",)]  # [A-Za-z] first
+_DIGIT_LED = [(k, _BY_KIND[k]) for k in ("srun", "timestamp")]  # \d first: anything else
+_ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _prefixes_for(first: str) -> list[tuple[str, regex.Pattern[str]]]:
+    if first == "[":
+        return _BRACKET_LED
+    if first == "(":
+        return _PAREN_LED
+    if first in _ASCII_LETTERS:
+        return _LETTER_LED
+    return _DIGIT_LED  # the patterns decide whether `first` is a digit (\d is Unicode-wide)
+
+
+# The searches below each get a literal that every match contains: a plain `in` test skips the
+# search on the many lines without it (the NCCL search costs tens of µs on a long line).
 _NCCL = regex.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL ")
+_NCCL_MARK = "] NCCL "
 _REPEATED = regex.compile(r"\[repeated (?P<n>\d+)x across cluster\]\s*$")
+_REPEATED_MARK = "[repeated "
 _RANK_WORD = regex.compile(r"\[(?:Rank|rank) (?P<rank>\d+)\]|\brank[ =:](?P<rank2>\d+)\b")
+_RANK_WORD_MARK = "ank"
 
 
 @dataclass
@@ -73,7 +100,7 @@ def parse_context(text: str, *, max_prefixes: int = 4) -> LineContext:
     ctx = LineContext()
     rest = text
     for _ in range(max_prefixes):
-        for kind, pat in _PREFIXES:
+        for kind, pat in _prefixes_for(rest[:1]):
             m = pat.match(rest)
             if not m:
                 continue
@@ -94,15 +121,15 @@ def parse_context(text: str, *, max_prefixes: int = 4) -> LineContext:
             break
         else:
             break
-    nm = _NCCL.search(rest)
+    nm = _NCCL.search(rest) if _NCCL_MARK in rest else None
     if nm:
         ctx.host = ctx.host or nm.group("host")
         ctx.pid = ctx.pid or int(nm.group("pid"))
-    if ctx.rank is None:
+    if ctx.rank is None and _RANK_WORD_MARK in rest:
         rm = _RANK_WORD.search(rest)
         if rm:
             ctx.rank = int(rm.group("rank") or rm.group("rank2"))
-    rep = _REPEATED.search(rest)
+    rep = _REPEATED.search(rest) if _REPEATED_MARK in rest else None
     if rep:
         ctx.repeats = int(rep.group("n"))
     return ctx

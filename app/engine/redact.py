@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import BinaryIO
 
 import regex
@@ -64,11 +64,58 @@ def _sub_secret(kind: str, rx: regex.Pattern[str], text: str, counts: Counter[st
     return str(rx.sub(repl, text, timeout=0.5))
 
 
+# Literals of which every match of a rule contains at least one: a rule runs only on text that
+# holds one of its literals, and the rule itself still decides. Most lines hold no secret, and
+# twelve `regex` calls with a timeout cost ~30 µs a line, the `in` tests ~5 µs. `True` marks
+# literals compared case-insensitively, as the rule's `(?i)` does. A kind missing here always runs.
+_HINTS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "private-key": (("-----BEGIN ",), False),
+    "aws-access-key": (("AKIA", "ASIA"), False),
+    "github-token": (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
+    "slack-token": (("xox",), False),
+    "slack-webhook": (("https://hooks.slack.com/services/",), False),
+    "huggingface-token": (("hf_",), False),
+    "openai-key": (("sk-",), False),
+    "jwt": (("eyJ",), False),
+    "url-credentials": (("://",), False),
+    "bearer": (("bearer",), True),
+    # one per alternative of _KEY
+    "secret-assignment": (("api", "secret", "token", "passw", "access", "credential"), True),
+    "secret-flag": (("--",), False),  # no letters: case does not matter
+}
+
+
+@cache
+def _hint_rx(literals: tuple[str, ...]) -> regex.Pattern[str]:
+    return regex.compile("(?i)" + "|".join(regex.escape(h) for h in literals))
+
+
+def _may_match(kind: str, text: str) -> bool:
+    """False only when rule `kind` cannot match `text` (it lacks every literal of the rule)."""
+    hint = _HINTS.get(kind)
+    if hint is None:
+        return True
+    literals, ignore_case = hint
+    if ignore_case:
+        if not text.isascii():
+            # Beyond ASCII `regex` folds more than str.lower() does ("\u0130" matches "i",
+            # "\u017f" matches "s"): let it decide. Literals only: linear, no timeout needed.
+            return _hint_rx(literals).search(text) is not None
+        text = text.lower()  # on ASCII text, `regex`'s case-insensitive match is just this
+    # a plain loop: any() over a generator costs ~0.2 µs more a call, x12 rules x every line
+    for h in literals:  # noqa: SIM110
+        if h in text:
+            return True
+    return False
+
+
 def redact_text(text: str, counts: Counter[str] | None = None) -> str:
     """Redact one line or value. A line too pathological to check is withheld whole."""
     try:
         for kind, rx in _COMPILED:
-            text = _sub_secret(kind, rx, text, counts)
+            # checked on the text as the earlier rules left it, as the rule itself sees it
+            if _may_match(kind, text):
+                text = _sub_secret(kind, rx, text, counts)
     except TimeoutError:
         if counts is not None:
             counts["unverifiable-line"] += 1

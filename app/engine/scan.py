@@ -230,7 +230,7 @@ class _Scanner:
         carry = 0
         line_base = 0
         remaining = limit
-        count_lines: Callable[[int], int] | None = None
+        count_lines: Callable[[int, int], int] | None = None
         while True:
             want = CHUNK - carry
             if remaining is not None:
@@ -274,11 +274,11 @@ class _Scanner:
                     while tail_bytes - len(tail[0][0]) >= STREAM_TAIL_BYTES:
                         tail_bytes -= len(tail.popleft()[0])
             offset += cut
-            if hits:
-                self._verify(buf, cut, line_base)
+            # _verify counts the newlines up to the last hit's line: count only the rest
+            counted_to, counted = self._verify(buf, cut, line_base) if hits else (0, 0)
             if count_lines is None:
                 count_lines = _line_counter(buf, big=filled == CHUNK)
-            line_base += count_lines(cut) + (1 if partial else 0)
+            line_base += counted + count_lines(counted_to, cut) + (1 if partial else 0)
             rest = filled - cut
             if rest:
                 buf[:rest] = buf[cut:filled]
@@ -294,7 +294,8 @@ class _Scanner:
                 if hits:
                     self._verify(data, len(data), base)
 
-    def _verify(self, buf: bytearray | bytes, cut: int, line_base: int) -> None:
+    def _verify(self, buf: bytearray | bytes, cut: int, line_base: int) -> tuple[int, int]:
+        """Check the hit lines; return (pos, n): buf[:pos] holds n newlines (pos = a line start)."""
         hits = self.hits
         hits.sort(key=lambda h: h[1])
         entries = self.compiled.entries
@@ -318,6 +319,7 @@ class _Scanner:
             line_hits.append((pid, end))
         if line_hits:
             self._check_line(buf, line_start, cut, lineno, line_hits)
+        return pos, lineno - line_base
 
     def _satisfied(self, entry: Entry) -> bool:
         if entry.role == "fact":
@@ -352,11 +354,17 @@ class _Scanner:
                 text = head + " … " + tail
             entry = self.compiled.entries[pid]
             try:
-                m = entry.rx.search(text, timeout=VERIFY_TIMEOUT)
+                # (string, pos, endpos, concurrent, partial, timeout): regex parses keyword
+                # arguments slowly, ~1 µs a call, a few % of the scan of a small log
+                m = entry.rx.search(text, None, None, None, False, VERIFY_TIMEOUT)
             except TimeoutError:
                 result.warn(f"{result.name}:{lineno}: pattern of {entry.owner} timed out; line skipped")
                 continue
             if m is None:
+                if not long_line:
+                    # the matcher may report a pattern at several offsets of a line; on the
+                    # same text the search would fail again
+                    done.add(pid)
                 continue
             done.add(pid)
             groups = {k: v for k, v in m.groupdict().items() if v is not None}
@@ -384,8 +392,8 @@ class _Scanner:
             acc.add(HitRecord(lineno, text, groups, ctx))
 
 
-def _line_counter(buf: bytearray, *, big: bool) -> Callable[[int], int]:
-    """Newlines in buf[:n]. `bytes.count` runs at ~2 GB/s, a quarter of the scan budget on a
+def _line_counter(buf: bytearray, *, big: bool) -> Callable[[int, int], int]:
+    """Newlines in buf[a:b]. `bytes.count` runs at ~2 GB/s, a quarter of the scan budget on a
     large log; numpy's vectorised compare runs at ~15 GB/s. Small inputs skip numpy's import."""
     if big:
         try:
@@ -394,8 +402,8 @@ def _line_counter(buf: bytearray, *, big: bool) -> Callable[[int], int]:
             pass
         else:
             arr = np.frombuffer(buf, dtype=np.uint8)
-            return lambda n: int(np.count_nonzero(arr[:n] == 10))
-    return lambda n: buf.count(b"\n", 0, n)
+            return lambda a, b: int(np.count_nonzero(arr[a:b] == 10))
+    return lambda a, b: buf.count(b"\n", a, b)
 
 
 class _RangeReader:
@@ -498,10 +506,15 @@ def _valid(line: int, all_accs: list[PatternAcc | None], not_accs: list[PatternA
 
 def evaluate(compiled: CompiledLibrary, scans: list[FileScan], *, max_evidence: int = 4) -> list[RuleMatch]:
     out: list[RuleMatch] = []
+    hit: set[int] = set()
+    for scan in scans:
+        hit.update(scan.accs)
     for rule in compiled.rules:
         ids = compiled.rule_entries.get(rule.id)
         if not ids or rule.match is None:
             continue
+        if hit.isdisjoint(ids["any"]):
+            continue  # no anchor matched in any file (most rules on most logs): nothing to fold
         rm = RuleMatch(rule=rule)
         window = rule.match.window
         for fi, scan in enumerate(scans):

@@ -86,9 +86,9 @@ def scan_all(
     known = sum(s for s in sizes if s is not None)
     if max_bytes and known > max_bytes:
         raise too_large(f"input is {human_bytes(known)}, over the limit of {human_bytes(max_bytes)}")
-    cores = os.cpu_count() or 1
     if jobs <= 0:
-        jobs = cores if known >= PARALLEL_MIN_BYTES else 1
+        # os.cpu_count() reads sysfs (~10 µs): only large inputs need it
+        jobs = (os.cpu_count() or 1) if known >= PARALLEL_MIN_BYTES else 1
     if jobs == 1 or all(s.path is None for s in sources):
         budget = ByteBudget(max_bytes)
         return [scan_source(compiled, s, budget=budget) for s in sources]
@@ -154,11 +154,14 @@ def _detect_framework(scans: list[FileScan], override: str | None) -> tuple[Fram
     return FrameworkInfo(name=detected[0], version=seen[detected[0]]), detected
 
 
+_PLACEHOLDER = regex.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # compiled once: regex.sub's cache is slow
+
+
 def _remediation_text(rule: Rule, captures: dict[str, str]) -> str:
     def fill(m: regex.Match[str]) -> str:
         return str(captures.get(m.group(1), f"<{m.group(1)}>"))
 
-    return str(regex.sub(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", fill, rule.remediation.strip()))
+    return str(_PLACEHOLDER.sub(fill, rule.remediation.strip()))
 
 
 def _finding(
