@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections import Counter
 
 import pytest
 
@@ -176,3 +177,25 @@ def test_report_redacts_what_the_stored_copy_still_holds(analyze: Analyze) -> No
     a = analyze(stored)
     assert a.findings and any("login failed" in e.text for f in a.findings for e in f.evidence)
     assert token not in a.model_dump_json()
+
+
+def test_stream_redacts_secrets_hidden_behind_ansi_codes() -> None:
+    token = "hf_abcdefghijklmnopqrstuvwxyzABCDEF1234"
+    coloured = b"\x1b[36m(WorkerDict pid=4121, ip=10.0.0.3)\x1b[0m step 12 loss 1.25\n"
+    raw = coloured * 3 + f"export HF_TOKEN=\x1b[1m{token}\x1b[0m\n".encode() + coloured
+    for chunk_size in (1 << 20, 64):  # the secret's line alone in a block, and with others
+        out = b"".join(redact_stream(io.BytesIO(raw), chunk_size=chunk_size))
+        assert token.encode() not in out
+        assert b"[REDACTED:huggingface-token]" in out
+        lines = out.splitlines(keepends=True)
+        assert lines[:3] == [coloured] * 3 and lines[4] == coloured  # colours kept where no secret
+    # no secret anywhere: the block comes back as it was, escapes and all
+    assert b"".join(redact_stream(io.BytesIO(coloured * 50))) == coloured * 50
+
+
+def test_redacted_url_is_not_a_new_secret() -> None:
+    first: Counter[str] = Counter()
+    once = redact_text("fetch https://user:s3cretPassw0rd@example.com/x", first)
+    again: Counter[str] = Counter()
+    assert redact_text(once, again) == once
+    assert first["url-credentials"] == 1 and not again

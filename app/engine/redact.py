@@ -43,7 +43,8 @@ RULES: list[tuple[str, str]] = [
     ("huggingface-token", r"\b(?P<secret>hf_[A-Za-z0-9]{30,})"),
     ("openai-key", r"\b(?P<secret>sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,})"),
     ("jwt", r"\b(?P<secret>eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"),
-    ("url-credentials", r"://[^/\s:@]{1,64}:(?P<secret>[^/\s@]{1,128})@"),
+    # the look-ahead: a redacted URL is not a new secret when a stored log is re-triaged
+    ("url-credentials", r"://[^/\s:@]{1,64}:(?P<secret>(?!\[REDACTED)[^/\s@]{1,128})@"),
     ("bearer", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{16,})"),
     ("secret-assignment", rf"(?i){_KEY}[\"']?\s*[=:]\s*[\"']?(?P<secret>{_VALUE})"),
     ("secret-flag", r"(?i)--[\w-]*(?:api-key|token|secret|password)[= ](?P<secret>" + _VALUE + ")"),
@@ -125,7 +126,11 @@ def redact_text(text: str, counts: Counter[str] | None = None) -> str:
 
 @lru_cache(maxsize=1)
 def _matcher() -> Matcher:
-    return build_matcher([PatternSpec(p) for _, p in RULES])
+    # A colour code glued to a token (`\x1b[1mhf_...`) defeats `\b` on the raw bytes, yet the
+    # reports strip escapes and would show the token: a word boundary may also be the `m` that
+    # ends a colour code. Candidates can only be more; `_redact_line` checks each line on its
+    # text without escapes too.
+    return build_matcher([PatternSpec(p.replace(r"\b", r"(?:\b|m)")) for _, p in RULES])
 
 
 KEY_MAX_LINES = 200  # a PEM key body is ~50 lines; never withhold more after a BEGIN line
@@ -155,23 +160,37 @@ def redact_stream(src: BinaryIO, *, chunk_size: int = 1 << 20) -> Iterator[bytes
         yield out
 
 
+_ANSI = regex.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
+
+
+def _redact_line(line: bytes) -> bytes:
+    """A candidate line, redacted; checked as the reports will show it (escapes removed) too."""
+    text = line.decode("utf-8", "surrogateescape")
+    if "\x1b" in text:
+        plain = _ANSI.sub("", text)
+        red = redact_text(plain)
+        if red != plain:
+            return red.encode("utf-8", "surrogateescape")  # the line loses its colours, not more
+    return redact_text(text).encode("utf-8", "surrogateescape")
+
+
 def _redact_block(block: bytes, matcher: Matcher, key_lines: int) -> tuple[bytes, int]:
     hits: list[tuple[int, int]] = []
     matcher.scan(memoryview(block), hits)
-    if not hits and not key_lines:
+    starts = {block.rfind(b"\n", 0, end) + 1 for _, end in hits}
+    if not starts and not key_lines:
         return block, 0
     out: list[bytes] = []
     pos = 0
     if key_lines:
         pos, key_lines = _withhold_key(block, 0, key_lines, out)
-    for ls in sorted({block.rfind(b"\n", 0, end) + 1 for _, end in hits}):
+    for ls in sorted(starts):
         if ls < pos:
             continue  # already withheld as part of a key body
         le = block.find(b"\n", ls)
         le = len(block) if le < 0 else le
         out.append(block[pos:ls])
-        red = redact_text(block[ls:le].decode("utf-8", "surrogateescape"))
-        out.append(red.encode("utf-8", "surrogateescape"))
+        out.append(_redact_line(block[ls:le]))
         pos = le
         if _KEY_BEGIN_ONLY.search(block, ls, le):
             out.append(block[le : le + 1])
