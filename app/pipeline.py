@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import shutil
 import socket
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -54,6 +55,7 @@ from app.settings import Settings
 log = logging.getLogger("logtriage.pipeline")
 
 MAX_CONFIG_BYTES = 1 << 20
+WRITE_GROUP = 64  # most analyses one transaction stores
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -564,23 +566,30 @@ def _file_record(f: StoredFile) -> FileRecord:
     return FileRecord(f.name, StoredBlob(f.blob.sha256, f.blob.size, f.blob.stored_size))
 
 
-def complete_from_outcome(
-    session: Session, *, analysis_id: str, outcome: ScanOutcome, settings: Settings | None = None
-) -> tuple[Analysis, repo.Standing]:
-    """Store a scan outcome as the result of a pending analysis (its blobs already committed)."""
-    window = {}
-    if settings is not None:
-        window = {"recurrence_days": settings.recurrence_days, "suspect_min_jobs": settings.suspect_min_jobs}
-    return repo.complete_analysis(
-        session,
+def completion_of(analysis_id: str, outcome: ScanOutcome) -> repo.Completion:
+    return repo.Completion(
         analysis_id=analysis_id,
         analysis=outcome.analysis,
         library_version=outcome.library_version,
         files=[_file_record(f) for f in outcome.files],
         config=_file_record(outcome.config) if outcome.config else None,
         rules=outcome.rules,
-        **window,
     )
+
+
+def complete_from_outcome(session: Session, *, analysis_id: str, outcome: ScanOutcome) -> Analysis:
+    """Store a scan outcome as the result of a pending analysis (its blobs already committed)."""
+    return repo.complete_analyses(session, items=[completion_of(analysis_id, outcome)])[0][0]
+
+
+def _completed(row: Analysis, standing: repo.Standing, outcome: ScanOutcome) -> Completed:
+    files = [
+        AnalysisFile(
+            analysis_id=row.id, position=i, name=f.name[:255], blob_sha256=f.blob.sha256, size=f.blob.size
+        )
+        for i, f in enumerate(outcome.files)
+    ]
+    return Completed(row=row, files=files, standing=standing)
 
 
 def problem_of(exc: LogtriageError) -> dict[str, Any]:
@@ -618,6 +627,8 @@ class AnalysisService:
         self.pool = pool
         self.runner = runner_id()
         self._tasks: set[asyncio.Task[Completed]] = set()
+        self._queue: deque[tuple[str, ScanOutcome, asyncio.Future[Completed]]] = deque()
+        self._writer: asyncio.Task[None] | None = None
 
     # -- new analyses ---------------------------------------------------------------------------
 
@@ -689,7 +700,7 @@ class AnalysisService:
             result = await self.pool.call(scan_upload, job, bulk=bulk)
             if isinstance(result, JobError):
                 raise result.to_exception()
-            return await asyncio.to_thread(self._persist, analysis_id, result)
+            return await self._store(analysis_id, result)
         except asyncio.CancelledError:
             await asyncio.to_thread(self._fail, analysis_id, ServiceUnavailableError("the server shut down"))
             raise
@@ -702,27 +713,84 @@ class AnalysisService:
         finally:
             remove_tree(spool)
 
+    async def _store(self, analysis_id: str, outcome: ScanOutcome) -> Completed:
+        """Queue a scan outcome for the writer; resolves once it is committed."""
+        done: asyncio.Future[Completed] = asyncio.get_running_loop().create_future()
+        self._queue.append((analysis_id, outcome, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_queued(), name="analysis-writer")
+        return await done
+
+    async def _write_queued(self) -> None:
+        """Write what queued up while the previous group was being written, as one group.
+
+        Under load, dozens of uploads finish while one transaction runs; storing them together
+        costs one statement per table instead of one set per upload, and the recurrence counters
+        they all update are locked once. An idle server writes each upload at once (a group of 1).
+        """
+        while self._queue:
+            batch = [self._queue.popleft() for _ in range(min(len(self._queue), WRITE_GROUP))]
+            try:
+                results = await asyncio.to_thread(self._persist_batch, [(a, o) for a, o, _ in batch])
+            except BaseException as exc:  # shutdown, or a bug: no request may wait forever
+                left = batch + list(self._queue)
+                self._queue.clear()
+                err = exc if isinstance(exc, Exception) else ServiceUnavailableError("the server shut down")
+                for *_, fut in left:
+                    if not fut.done():
+                        fut.set_exception(err)
+                raise
+            for (_, _, fut), res in zip(batch, results, strict=True):
+                if fut.done():  # its request was cancelled
+                    continue
+                if isinstance(res, Completed):
+                    fut.set_result(res)
+                else:
+                    fut.set_exception(res)
+
     def _persist(self, analysis_id: str, outcome: ScanOutcome) -> Completed:
-        new = commit_blobs(self.store, outcome)
-        try:
-            with self.db.write() as s:
-                row, standing = complete_from_outcome(
-                    s, analysis_id=analysis_id, outcome=outcome, settings=self.settings
-                )
-        except BaseException:
-            self._drop_new_blobs(new)
-            raise
-        files = [
-            AnalysisFile(
-                analysis_id=row.id,
-                position=i,
-                name=f.name[:255],
-                blob_sha256=f.blob.sha256,
-                size=f.blob.size,
-            )
-            for i, f in enumerate(outcome.files)
-        ]
-        return Completed(row=row, files=files, standing=standing)
+        res = self._persist_batch([(analysis_id, outcome)])[0]
+        if isinstance(res, Completed):
+            return res
+        raise res
+
+    def _persist_batch(self, batch: list[tuple[str, ScanOutcome]]) -> list[Completed | Exception]:
+        """Commit the blobs, then store the group in one transaction; if that fails, store each
+        on its own, so one bad upload fails alone. A failed upload's new blobs are deleted."""
+        results: list[Completed | Exception | None] = [None] * len(batch)
+        new: list[list[str]] = [[] for _ in batch]
+        ready: list[int] = []
+        for i, (_, outcome) in enumerate(batch):
+            try:
+                new[i] = commit_blobs(self.store, outcome)
+                ready.append(i)
+            except Exception as exc:
+                results[i] = exc
+        groups = [ready] if len(ready) > 1 else []
+        groups += [[i] for i in ready]  # the fallback, and the only try of a group of one
+        for group in groups:
+            if all(results[i] is not None for i in group):
+                continue
+            try:
+                with self.db.write() as s:
+                    stored = repo.complete_analyses(
+                        s,
+                        items=[completion_of(*batch[i]) for i in group],
+                        recurrence_days=self.settings.recurrence_days,
+                        suspect_min_jobs=self.settings.suspect_min_jobs,
+                    )
+            except Exception as exc:
+                if len(group) == 1:
+                    results[group[0]] = exc
+                continue
+            for i, (row, standing) in zip(group, stored, strict=True):
+                results[i] = _completed(row, standing, batch[i][1])
+        out: list[Completed | Exception] = []
+        for i, res in enumerate(results):
+            if not isinstance(res, Completed):
+                self._drop_new_blobs(new[i])
+            out.append(res if res is not None else InternalError("analysis was not stored"))
+        return out
 
     def _drop_new_blobs(self, shas: list[str]) -> None:
         for sha in shas:

@@ -301,3 +301,55 @@ def test_mark_interrupted(db: Database) -> None:
         assert repo.mark_interrupted(s, host="hostA", alive=[1]) == 1
     with db.read() as s:
         assert [repo.get_analysis(s, analysis_id=i).status for i in ids] == ["failed", "pending", "pending"]
+
+
+def test_a_group_is_stored_like_its_uploads_one_by_one(
+    db: Database, tmp_path: Path, analyze: Analyze
+) -> None:
+    settings = make_settings(tmp_path / "data", db.url)
+    store = blob_store_for(settings.data_dir)
+    service = AnalysisService(settings=settings, db=db, store=store, pool=ScanPool(settings))
+    oom = result_of(analyze, OOM.format(gib="4"))
+    ids = []
+    with db.write() as s:
+        for job in ("g1", "g2", "g3"):
+            ids.append(repo.create_pending(s, meta=repo.JobMeta(job_id=job), token_id=None, runner="t:1").id)
+    contents = [b"group log\n", b"group log\n", b"another log\n"]  # the second repeats the first
+    done = service._persist_batch(
+        [(aid, outcome_for(store, oom, c)) for aid, c in zip(ids, contents, strict=True)]
+    )
+    assert all(not isinstance(d, Exception) for d in done)
+    rows = [d.row for d in done if not isinstance(d, Exception)]
+    assert [r.duplicate_of_id for r in rows] == [None, ids[0], None]
+    assert {r.status for r in rows} == {"done"}
+    # every member's answer equals what a later read of it says
+    with db.read() as s:
+        for d in done:
+            assert not isinstance(d, Exception)
+            stored = repo.get_analysis(s, analysis_id=d.row.id, full=True)
+            assert repo.standing_of(s, row=stored, days=7, suspect_min_jobs=2) == d.standing
+            assert d.standing.recurrence is not None
+            assert (d.standing.recurrence.total, d.standing.recurrence.jobs) == (
+                2,
+                2,
+            )  # duplicate not counted
+    assert _counters(db)["jobs"] == [(rows[0].fingerprint, "g1", 1), (rows[0].fingerprint, "g3", 1)]
+
+
+def test_one_bad_upload_in_a_group_fails_alone(db: Database, tmp_path: Path, analyze: Analyze) -> None:
+    settings = make_settings(tmp_path / "data", db.url)
+    store = blob_store_for(settings.data_dir)
+    service = AnalysisService(settings=settings, db=db, store=store, pool=ScanPool(settings))
+    oom = result_of(analyze, OOM.format(gib="5"))
+    with db.write() as s:
+        good = repo.create_pending(s, meta=repo.JobMeta(), token_id=None, runner="t:1").id
+    gone = repo.new_id()  # no such pending analysis: its write fails
+    done = service._persist_batch(
+        [(gone, outcome_for(store, oom, b"orphan\n")), (good, outcome_for(store, oom, b"fine\n"))]
+    )
+    assert isinstance(done[0], NotFoundError)
+    assert not isinstance(done[1], Exception) and done[1].row.status == "done"
+    with db.read() as s:
+        assert repo.get_analysis(s, analysis_id=good).status == "done"
+    # the failed upload's blob is gone, the stored one's stays
+    assert set(store.iter_blobs()) == {hashlib.sha256(b"fine\n").hexdigest()}

@@ -256,20 +256,7 @@ def _root_hosts(row: Analysis, analysis: dict[str, Any]) -> list[str]:
     return out
 
 
-def _write_result(
-    session: Session,
-    *,
-    row: Analysis,
-    analysis: dict[str, Any],
-    library_version: str,
-    rules: Iterable[RuleRecord],
-    replace: bool,
-) -> None:
-    """Store the result on `row` and its findings (Core inserts: the ORM unit of work cost more
-    than the database did for these rows)."""
-    rule_ids = _rule_version_ids(session, rules=rules, library_version=library_version)
-    if replace:
-        session.execute(delete(Finding).where(Finding.analysis_id == row.id))
+def _set_result(row: Analysis, analysis: dict[str, Any], library_version: str) -> None:
     root = analysis.get("root_cause")
     fw = analysis.get("framework") or {}
     row.result = analysis
@@ -279,35 +266,59 @@ def _write_result(
     row.root_rule_id = root["rule_id"] if root else None
     row.fingerprint = fingerprint(root["rule_id"], root.get("captures") or {}) if root else None
     row.framework_detected = fw.get("name")
-    findings = analysis.get("findings") or []
-    if not findings:
+
+
+def _insert_findings(
+    session: Session, results: Sequence[tuple[Analysis, dict[str, Any]]], rule_ids: dict[str, int]
+) -> None:
+    """Findings and their hosts of several analyses, two statements in all (Core: the ORM's
+    unit of work cost more than the database did for these rows)."""
+    finding_rows: list[dict[str, Any]] = []
+    owners: list[tuple[Analysis, dict[str, Any]]] = []
+    for row, analysis in results:
+        for i, f in enumerate(analysis.get("findings") or []):
+            finding_rows.append(
+                {
+                    "analysis_id": row.id,
+                    "position": i,
+                    "rule_version_id": rule_ids.get(f["rule_id"]),
+                    "rule_id": f["rule_id"],
+                    "rule_version": f["rule_version"],
+                    "failure_class": f["failure_class"],
+                    "kind": f["kind"],
+                    "severity": f["severity"],
+                    "role": f["role"],
+                    "confidence": float(f["confidence"]),
+                    "count": int(f["count"]),
+                    "fingerprint": fingerprint(f["rule_id"], f.get("captures") or {}),
+                }
+            )
+            owners.append((row, f))
+    if not finding_rows:
         return
-    finding_rows = [
-        {
-            "analysis_id": row.id,
-            "position": i,
-            "rule_version_id": rule_ids.get(f["rule_id"]),
-            "rule_id": f["rule_id"],
-            "rule_version": f["rule_version"],
-            "failure_class": f["failure_class"],
-            "kind": f["kind"],
-            "severity": f["severity"],
-            "role": f["role"],
-            "confidence": float(f["confidence"]),
-            "count": int(f["count"]),
-            "fingerprint": fingerprint(f["rule_id"], f.get("captures") or {}),
-        }
-        for i, f in enumerate(findings)
-    ]
+    table = table_of(Finding)
     ids = session.scalars(
-        insert(table_of(Finding)).returning(table_of(Finding).c.id, sort_by_parameter_order=True),
-        finding_rows,
+        insert(table).returning(table.c.id, sort_by_parameter_order=True), finding_rows
     ).all()
-    host_rows = []
-    for fid, f in zip(ids, findings, strict=True):
-        host_rows += [{"finding_id": fid, "host": h} for h in _finding_hosts(row, f)]
+    host_rows = [
+        {"finding_id": fid, "host": h}
+        for fid, (row, f) in zip(ids, owners, strict=True)
+        for h in _finding_hosts(row, f)
+    ]
     if host_rows:
         session.execute(insert(table_of(FindingHost)), host_rows)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished scan to store on its pending analysis."""
+
+    analysis_id: str
+    analysis: dict[str, Any]
+    library_version: str
+    files: Sequence[FileRecord]
+    config: FileRecord | None
+    rules: Sequence[RuleRecord]
 
 
 def complete_analysis(
@@ -323,68 +334,126 @@ def complete_analysis(
     suspect_min_jobs: int = 2,
 ) -> tuple[Analysis, Standing]:
     """Store a finished analysis; returns it with its standing (recurrence counts it)."""
-    row = session.get(Analysis, analysis_id)
-    if row is None:
-        raise NotFoundError(f"analysis {analysis_id} vanished while it was running")
-    # no autoflush: the row's changes go out as one UPDATE at the end, not one per query
+    item = Completion(analysis_id, analysis, library_version, files, config, tuple(rules))
+    return complete_analyses(
+        session, items=[item], recurrence_days=recurrence_days, suspect_min_jobs=suspect_min_jobs
+    )[0]
+
+
+def complete_analyses(
+    session: Session,
+    *,
+    items: Sequence[Completion],
+    recurrence_days: int = 7,
+    suspect_min_jobs: int = 2,
+) -> list[tuple[Analysis, Standing]]:
+    """Store finished analyses together (the server groups the uploads that finish while it
+    writes: one statement per table for the group instead of one set per upload). Each comes
+    back with its standing; analyses of one group count as stored at the same moment."""
+    ids = [c.analysis_id for c in items]
+    rows = {r.id: r for r in session.scalars(select(Analysis).where(Analysis.id.in_(ids)))}
+    for aid in ids:
+        if aid not in rows:
+            raise NotFoundError(f"analysis {aid} vanished while it was running")
+    now = utcnow()
+    # no autoflush: each row's changes go out in the one UPDATE at the end, not one per query
     with session.no_autoflush:
-        blobs = [f.blob for f in files] + ([config.blob] if config else [])
-        now = utcnow()
+        blobs = {
+            b.sha256: b
+            for c in items
+            for b in [f.blob for f in c.files] + ([c.config.blob] if c.config else [])
+        }
         _insert_ignore(
             session,
             Blob,
             [
                 {"sha256": b.sha256, "size": b.size, "stored_size": b.stored_size, "created_at": now}
-                for b in blobs
+                for b in sorted(blobs.values(), key=lambda b: b.sha256)
             ],
         )
-        if files:
-            session.execute(
-                insert(table_of(AnalysisFile)),
-                [
-                    {
-                        "analysis_id": row.id,
-                        "position": i,
-                        "name": f.name[:255],
-                        "blob_sha256": f.blob.sha256,
-                        "size": f.blob.size,
-                    }
-                    for i, f in enumerate(files)
-                ],
+        file_rows = [
+            {
+                "analysis_id": c.analysis_id,
+                "position": i,
+                "name": f.name[:255],
+                "blob_sha256": f.blob.sha256,
+                "size": f.blob.size,
+            }
+            for c in items
+            for i, f in enumerate(c.files)
+        ]
+        if file_rows:
+            session.execute(insert(table_of(AnalysisFile)), file_rows)
+        digests = {c.analysis_id: log_digest([f.blob.sha256 for f in c.files]) for c in items}
+        earlier = session.execute(
+            select(Analysis.log_digest, func.min(Analysis.id))
+            .where(
+                Analysis.log_digest.in_(sorted(set(digests.values()))),
+                Analysis.id.not_in(ids),
+                Analysis.duplicate_of_id.is_(None),
             )
-        digest = log_digest([f.blob.sha256 for f in files])
-        row.log_digest = digest
-        row.log_bytes = sum(f.blob.size for f in files)
-        if config:
-            row.config_name = config.name[:255]
-            row.config_sha256 = config.blob.sha256
-        row.duplicate_of_id = session.scalar(
-            select(Analysis.id)
-            .where(Analysis.log_digest == digest, Analysis.id != row.id, Analysis.duplicate_of_id.is_(None))
-            .order_by(Analysis.id)
-            .limit(1)
+            .group_by(Analysis.log_digest)
         )
-        _write_result(
-            session, row=row, analysis=analysis, library_version=library_version, rules=rules, replace=False
+        first_of = {str(d): str(first) for d, first in earlier}
+        for c in items:
+            row = rows[c.analysis_id]
+            digest = digests[c.analysis_id]
+            row.log_digest = digest
+            row.log_bytes = sum(f.blob.size for f in c.files)
+            if c.config:
+                row.config_name = c.config.name[:255]
+                row.config_sha256 = c.config.blob.sha256
+            # the same log earlier in this group counts as stored before
+            row.duplicate_of_id = first_of.setdefault(digest, row.id)
+            if row.duplicate_of_id == row.id:
+                row.duplicate_of_id = None
+            _set_result(row, c.analysis, c.library_version)
+        results = []
+        for version in sorted({c.library_version for c in items}):
+            group = [c for c in items if c.library_version == version]
+            rule_ids = _rule_version_ids(
+                session, rules=[r for c in group for r in c.rules], library_version=version
+            )
+            results.append((group, rule_ids))
+        for group, rule_ids in results:
+            _insert_findings(session, [(rows[c.analysis_id], c.analysis) for c in group], rule_ids)
+        finished = utcnow()
+        for c in items:
+            row = rows[c.analysis_id]
+            row.status = "done"
+            row.finished_at = finished
+            row.runner = None
+    pending = [
+        x
+        for x in (
+            rollup.contribution_of(rows[c.analysis_id], hosts=_root_hosts(rows[c.analysis_id], c.analysis))
+            for c in items
         )
-        row.status = "done"
-        row.finished_at = utcnow()
-        row.runner = None
-    contribution = rollup.contribution_of(row, hosts=_root_hosts(row, analysis))
+        if x is not None
+    ]
     session.flush()
-    standing = standing_of(
-        session,
-        row=row,
-        days=recurrence_days,
-        suspect_min_jobs=suspect_min_jobs,
-        hardware=result_hardware_hosts(row, analysis),
-        pending=contribution,
+    recs = {
+        fp: rollup.recurrence(session, fingerprint_=fp, days=recurrence_days, pending=pending)
+        for fp in sorted({r.fingerprint for r in rows.values() if r.fingerprint})
+    }
+    hardware = {c.analysis_id: result_hardware_hosts(rows[c.analysis_id], c.analysis) for c in items}
+    all_hw = sorted({h for hs in hardware.values() for h in hs})
+    suspects = (
+        suspect_hosts(session, days=recurrence_days, min_jobs=suspect_min_jobs, only=all_hw) if all_hw else []
     )
-    if contribution is not None:
+    if pending:
         # last before commit: every upload of a common failure updates these same rows, and a
         # row stays locked from its update until commit
-        rollup.count(session, contribution)
-    return row, standing
+        rollup.count(session, pending)
+    out = []
+    for c in items:
+        row = rows[c.analysis_id]
+        mine = set(hardware[c.analysis_id])
+        standing = Standing(
+            recs.get(row.fingerprint) if row.fingerprint else None, [s for s in suspects if s.host in mine]
+        )
+        out.append((row, standing))
+    return out
 
 
 def blob_referenced(session: Session, *, sha256: str) -> bool:
@@ -482,9 +551,10 @@ def apply_retriage(
         old = rollup.contribution_of(
             row, hosts=rollup.stored_root_hosts(session, analysis_id=row.id, fingerprint_=row.fingerprint)
         )
-    _write_result(
-        session, row=row, analysis=analysis, library_version=library_version, rules=rules, replace=True
-    )
+    rule_ids = _rule_version_ids(session, rules=rules, library_version=library_version)
+    session.execute(delete(Finding).where(Finding.analysis_id == row.id))
+    _set_result(row, analysis, library_version)
+    _insert_findings(session, [(row, analysis)], rule_ids)
     row.retriaged_at = utcnow()
     new = rollup.contribution_of(row, hosts=_root_hosts(row, analysis))
     session.flush()
@@ -492,7 +562,7 @@ def apply_retriage(
         if old is not None:
             rollup.uncount(session, old)
         if new is not None:
-            rollup.count(session, new)
+            rollup.count(session, [new])
     return row, changes
 
 
@@ -749,19 +819,12 @@ def standing_of(
     row: Analysis,
     days: int,
     suspect_min_jobs: int,
-    hardware: Sequence[str] | None = None,
-    pending: rollup.Contribution | None = None,
 ) -> Standing:
-    """Recurrence and suspect hosts of a finished analysis (`hardware`: its hardware hosts when
-    the caller already knows them, else read from its findings)."""
+    """Recurrence and suspect hosts of a stored, finished analysis."""
     if row.status != "done" or row.result is None:
         return Standing()
-    rec = (
-        rollup.recurrence(session, fingerprint_=row.fingerprint, days=days, pending=pending)
-        if row.fingerprint
-        else None
-    )
-    hosts = hardware_hosts(session, analysis_id=row.id) if hardware is None else list(hardware)
+    rec = rollup.recurrence(session, fingerprint_=row.fingerprint, days=days) if row.fingerprint else None
+    hosts = hardware_hosts(session, analysis_id=row.id)
     suspects = suspect_hosts(session, days=days, min_jobs=suspect_min_jobs, only=hosts) if hosts else []
     return Standing(rec, suspects)
 

@@ -106,31 +106,39 @@ def _upsert(session: Session, table: Table, rows: list[dict[str, Any]], keys: li
             "first_analysis_id": least(table.c.first_analysis_id, ex.first_analysis_id),
         }
     stmt = ins.on_conflict_do_update(index_elements=keys, set_=values)
-    for row in sorted(rows, key=lambda r: tuple(r[k] for k in keys)):
-        session.execute(stmt, row)
+    session.execute(stmt, sorted(rows, key=lambda r: tuple(r[k] for k in keys)))
 
 
-def count(session: Session, c: Contribution) -> None:
-    fp = c.fingerprint
-    _upsert(
-        session,
-        table_of(RecurrenceDay),
-        [
-            {
-                "fingerprint": fp,
+def count(session: Session, contributions: Iterable[Contribution]) -> None:
+    """Add analyses to the counters, one upsert per row touched (a batch of uploads of one
+    failure touches the same few rows)."""
+    days: dict[tuple[str, dt.date], dict[str, Any]] = {}
+    jobs: dict[tuple[str, str], int] = {}
+    hosts: dict[tuple[str, str], int] = {}
+    for c in contributions:
+        d = days.get((c.fingerprint, c.day))
+        if d is None:
+            days[(c.fingerprint, c.day)] = {
+                "fingerprint": c.fingerprint,
                 "day": c.day,
                 "analyses": 1,
                 "first_at": c.created_at,
                 "last_at": c.created_at,
                 "first_analysis_id": c.analysis_id,
             }
-        ],
-        ["fingerprint", "day"],
-    )
-    job = {"fingerprint": fp, "job_key": c.job_key, "analyses": 1}
-    _upsert(session, table_of(RecurrenceJob), [job], ["fingerprint", "job_key"])
-    hosts = [{"fingerprint": fp, "host": h, "analyses": 1} for h in c.hosts]
-    _upsert(session, table_of(RecurrenceHost), hosts, ["fingerprint", "host"])
+        else:
+            d["analyses"] += 1
+            d["first_at"] = min(d["first_at"], c.created_at)
+            d["last_at"] = max(d["last_at"], c.created_at)
+            d["first_analysis_id"] = min(d["first_analysis_id"], c.analysis_id)
+        jobs[(c.fingerprint, c.job_key)] = jobs.get((c.fingerprint, c.job_key), 0) + 1
+        for h in c.hosts:
+            hosts[(c.fingerprint, h)] = hosts.get((c.fingerprint, h), 0) + 1
+    _upsert(session, table_of(RecurrenceDay), list(days.values()), ["fingerprint", "day"])
+    job_rows = [{"fingerprint": fp, "job_key": k, "analyses": n} for (fp, k), n in jobs.items()]
+    _upsert(session, table_of(RecurrenceJob), job_rows, ["fingerprint", "job_key"])
+    host_rows = [{"fingerprint": fp, "host": h, "analyses": n} for (fp, h), n in hosts.items()]
+    _upsert(session, table_of(RecurrenceHost), host_rows, ["fingerprint", "host"])
 
 
 def uncount(session: Session, c: Contribution) -> None:
@@ -174,13 +182,13 @@ def recurrence(
     fingerprint_: str,
     days: int,
     now: dt.datetime | None = None,
-    pending: Contribution | None = None,
+    pending: Iterable[Contribution] = (),
 ) -> Recurrence | None:
     """Recurrence of a fingerprint from the counters: cost bounded by days, jobs and hosts seen.
 
-    `pending` is an analysis being stored in this transaction whose contribution is not counted
-    yet: it is added here, so the caller can write the counters as the last thing before commit
-    (their rows are the ones every upload of a common failure contends for).
+    `pending` are analyses being stored in this transaction, not counted yet: they are added
+    here, so the caller can write the counters as the last thing before commit (their rows are
+    the ones every upload of a common failure contends for).
     """
     now = now or dt.datetime.now(dt.UTC)
     cutoff = now - dt.timedelta(days=days)
@@ -211,26 +219,26 @@ def recurrence(
         )
     firsts = [(_aware(r.first_at), r.first_analysis_id) for r in rows]
     lasts = [_aware(r.last_at) for r in rows]
-    job_key = pending.job_key if pending is not None else ""
-    pending_hosts = pending.hosts if pending is not None else ()
+    mine = [c for c in pending if c.fingerprint == fingerprint_]
+    job_keys = sorted({c.job_key for c in mine})
+    new_hosts = sorted({h for c in mine for h in c.hosts})
     jobs_q = select(func.count()).where(RecurrenceJob.fingerprint == fingerprint_)
     hosts_q = select(func.count()).where(RecurrenceHost.fingerprint == fingerprint_)
-    # one round trip: distinct jobs and hosts, and which of the pending analysis' are known
-    n_jobs, job_known, n_hosts, hosts_known = session.execute(
+    # one round trip: distinct jobs and hosts, and how many of the pending ones are known
+    n_jobs, jobs_known, n_hosts, hosts_known = session.execute(
         select(
             jobs_q.scalar_subquery(),
-            jobs_q.where(RecurrenceJob.job_key == job_key).scalar_subquery(),
+            jobs_q.where(RecurrenceJob.job_key.in_(job_keys)).scalar_subquery(),
             hosts_q.scalar_subquery(),
-            hosts_q.where(RecurrenceHost.host.in_(pending_hosts)).scalar_subquery(),
+            hosts_q.where(RecurrenceHost.host.in_(new_hosts)).scalar_subquery(),
         )
     ).one()
-    if pending is not None and pending.fingerprint == fingerprint_:
-        total += 1
-        in_window += pending.created_at >= cutoff
-        firsts.append((pending.created_at, pending.analysis_id))
-        lasts.append(pending.created_at)
-        n_jobs += not job_known
-        n_hosts += len(pending_hosts) - hosts_known
+    total += len(mine)
+    in_window += sum(c.created_at >= cutoff for c in mine)
+    firsts += [(c.created_at, c.analysis_id) for c in mine]
+    lasts += [c.created_at for c in mine]
+    n_jobs += len(job_keys) - jobs_known
+    n_hosts += len(new_hosts) - hosts_known
     if not total:
         return None
     first_seen, first_id = min(firsts)
