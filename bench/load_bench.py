@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """The service under load: `logtriage serve --workers 2` on PostgreSQL, hooks posting 200 KB logs.
 
-    python bench/load_bench.py [--connections 50] [--duration 30] [--big 1G] [--port 8765]
+    python bench/load_bench.py [--connections 8,16,24,50] [--duration 30] [--big 1G] [--port 8765]
 
+0. One hook at a time (20 sequential posts): the latency of an analysis on an idle server.
 1. wrk (Debian package `wrk`) posts 200 KB failed-job logs (each request a distinct log, so no
-   request is answered from the duplicate check) with `--connections` concurrent connections;
-   reports requests/s, p50/p90/p99 latency and errors. Target: p99 < 300 ms at 50, no errors.
-2. The same load, at the same time as one 1 GB upload streamed over a separate connection:
-   reports the small requests' latency meanwhile and the upload's own time. Target: the upload
-   completes and the small requests keep their latency.
+   request is answered from the duplicate check) with each of `--connections` concurrent
+   connections in turn; reports requests/s, p50/p90/p99 latency and errors. Target: p99 < 300 ms
+   at 50, no errors.
+2. The load of the last `--connections` value, at the same time as one 1 GB upload streamed
+   over a separate connection: reports the small requests' latency meanwhile and the upload's
+   own time. Target: the upload completes and the small requests keep their latency.
 The server binds 127.0.0.1 only, uses its own database (`logtriage_bench`, dropped and created
 fresh) and data directory, and is stopped at the end. Results: bench/out/load.json.
 """
@@ -116,6 +118,28 @@ def run_wrk(port: int, connections: int, duration: int, body: Path, script: Path
     }
 
 
+def sequential(port: int, body: Path, n: int) -> dict[str, float]:
+    data = body.read_bytes()
+    times = []
+    for i in range(n):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        t = time.perf_counter()
+        conn.request(
+            "POST",
+            "/api/v1/analyses?source=api&job_id=seq",
+            body=f"job seq-{i}-{time.time()}\n".encode() + data,
+            headers={"Content-Type": "text/plain"},
+        )
+        resp = conn.getresponse()
+        resp.read()
+        times.append((time.perf_counter() - t) * 1000)
+        conn.close()
+        if resp.status != 201:
+            raise SystemExit(f"load_bench: a sequential post got HTTP {resp.status}")
+    times.sort()
+    return {"p50_ms": times[len(times) // 2], "max_ms": times[-1]}
+
+
 def upload(port: int, path: Path, result: dict[str, object]) -> None:
     size = path.stat().st_size
     t = time.perf_counter()
@@ -138,7 +162,7 @@ def upload(port: int, path: Path, result: dict[str, object]) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--connections", type=int, default=50)
+    p.add_argument("--connections", default="8,16,24,50", help="comma-separated wrk connection counts")
     p.add_argument("--duration", type=int, default=30)
     p.add_argument("--big", default="1G", help="size of the concurrent big upload (0 to skip)")
     p.add_argument("--port", type=int, default=8765)
@@ -165,17 +189,22 @@ def main() -> int:
         stderr=(OUT / "load-server.log").open("w"),
         start_new_session=True,
     )
+    conns = [int(c) for c in str(args.connections).split(",") if c.strip()]
     report: dict[str, object] = {
-        "connections": args.connections,
+        "connections": conns,
         "duration_s": args.duration,
         "workers": args.workers,
     }
     try:
         _wait_ready(args.port)
         run_wrk(args.port, 4, 3, body, script)  # warm-up: compiled library, DB pool
-        alone = run_wrk(args.port, args.connections, args.duration, body, script)
-        report["small_alone"] = alone
-        print(_row("200 KB posts alone", alone))
+        idle = sequential(args.port, body, 20)
+        report["one_at_a_time"] = idle
+        print(f"{'one hook at a time':34} p50 {idle['p50_ms']:7.1f} ms  max {idle['max_ms']:7.1f} ms")
+        for c in conns:
+            alone = run_wrk(args.port, c, args.duration, body, script)
+            report[f"small_alone_{c}"] = alone
+            print(_row(f"200 KB posts, {c} connections", alone))
         size = gen_log.parse_size(args.big)
         if size:
             big = OUT / f"log-{size}-s0.log"
@@ -184,11 +213,11 @@ def main() -> int:
             up: dict[str, object] = {}
             th = threading.Thread(target=upload, args=(args.port, big, up))
             th.start()
-            during = run_wrk(args.port, args.connections, args.duration, body, script)
+            during = run_wrk(args.port, conns[-1], args.duration, body, script)
             th.join()
             report["small_during_big_upload"] = during
             report["big_upload"] = up
-            print(_row("200 KB posts during 1 GB upload", during))
+            print(_row(f"{conns[-1]} connections during 1 GB upload", during))
             mbs = int(up["bytes"]) / 1e6 / float(up["seconds"])  # type: ignore[call-overload]
             took = f"HTTP {up['status']} in {up['seconds']:.1f} s ({mbs:.0f} MB/s)"
             print(f"big upload: {took}, root cause {up['root_cause']}")

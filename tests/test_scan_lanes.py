@@ -6,6 +6,9 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
+
+from app import pipeline
 from app.pipeline import BULK_NICE, InputFile, ScanJob, ScanOutcome, ScanPool, scan_upload
 from tests.servicekit import ECC, make_settings, training_log
 
@@ -47,3 +50,27 @@ def test_big_uploads_go_to_the_low_priority_lane(tmp_path: Path) -> None:
 def test_bulk_lane_can_be_switched_off(tmp_path: Path) -> None:
     pool = ScanPool(make_settings(tmp_path / "data", None, bulk_bytes=0))
     assert pool.is_bulk(_job(tmp_path, "huge.log", 1 << 20)) is False
+
+
+CORPUS = Path(__file__).parent / "corpus" / "real"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.log"))[:12])
+def test_small_uploads_scanned_from_memory_match_the_file_scan(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline.init_local(make_settings(tmp_path / "data", None))
+    src = tmp_path / name
+    results = []
+    for limit in (pipeline.IN_MEMORY_SCAN_BYTES, 0):  # from memory, then from a work file
+        monkeypatch.setattr(pipeline, "IN_MEMORY_SCAN_BYTES", limit)
+        src.write_bytes((CORPUS / name).read_bytes())
+        out = pipeline.scan_upload(ScanJob(files=(InputFile(name, str(src)),)))
+        assert isinstance(out, ScanOutcome)
+        for f in out.files:
+            pipeline._state().store.discard(f.blob)
+        for key in ("scan_seconds", "mb_per_s"):
+            out.analysis["stats"].pop(key, None)
+        results.append(out.analysis)
+    assert results[0] == results[1]
+    assert not list(tmp_path.glob("*.plain"))  # no work file left behind either way
