@@ -560,13 +560,6 @@ def commit_blobs(store: BlobStore, outcome: ScanOutcome) -> list[str]:
     return new
 
 
-def discard_outcome(store: BlobStore, outcome: ScanOutcome) -> None:
-    for f in outcome.files:
-        store.discard(f.blob)
-    if outcome.config:
-        store.discard(outcome.config.blob)
-
-
 def unexpected(exc: BaseException) -> LogtriageError:
     if isinstance(exc, LogtriageError):
         return exc
