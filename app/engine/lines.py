@@ -81,6 +81,10 @@ class LineContext:
         return self.host or self.ip
 
 
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
 def normalise(raw: bytes, *, max_chars: int) -> str:
     """Decode (bad UTF-8 replaced), drop ANSI escapes and progress-bar redraws."""
     text = raw.decode("utf-8", errors="replace")

@@ -22,6 +22,7 @@ from typing import BinaryIO
 
 import regex
 
+from app.engine.lines import strip_ansi
 from app.engine.matcher import Matcher, PatternSpec, build_matcher
 
 _VALUE = r"(?!\[REDACTED)(?=[^\s\"',;}{]*[A-Za-z])[^\s\"',;}{]{6,}"
@@ -49,7 +50,13 @@ RULES: list[tuple[str, str]] = [
     ("secret-assignment", rf"(?i){_KEY}[\"']?\s*[=:]\s*[\"']?(?P<secret>{_VALUE})"),
     ("secret-flag", r"(?i)--[\w-]*(?:api-key|token|secret|password)[= ](?P<secret>" + _VALUE + ")"),
 ]
-_COMPILED = [(kind, regex.compile(p)) for kind, p in RULES]
+
+
+@cache
+def _compiled() -> list[tuple[str, regex.Pattern[str]]]:
+    return [(kind, regex.compile(p)) for kind, p in RULES]  # on first use: start-up stays short
+
+
 _KEY_END = regex.compile(rb"-----END [A-Z ]*PRIVATE KEY-----")
 
 
@@ -113,7 +120,7 @@ def _may_match(kind: str, text: str) -> bool:
 def redact_text(text: str, counts: Counter[str] | None = None) -> str:
     """Redact one line or value. A line too pathological to check is withheld whole."""
     try:
-        for kind, rx in _COMPILED:
+        for kind, rx in _compiled():
             # checked on the text as the earlier rules left it, as the rule itself sees it
             if _may_match(kind, text):
                 text = _sub_secret(kind, rx, text, counts)
@@ -160,14 +167,11 @@ def redact_stream(src: BinaryIO, *, chunk_size: int = 1 << 20) -> Iterator[bytes
         yield out
 
 
-_ANSI = regex.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
-
-
 def _redact_line(line: bytes) -> bytes:
     """A candidate line, redacted; checked as the reports will show it (escapes removed) too."""
     text = line.decode("utf-8", "surrogateescape")
     if "\x1b" in text:
-        plain = _ANSI.sub("", text)
+        plain = strip_ansi(text)
         red = redact_text(plain)
         if red != plain:
             return red.encode("utf-8", "surrogateescape")  # the line loses its colours, not more

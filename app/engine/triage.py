@@ -7,11 +7,9 @@ call ``triage``.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,6 +107,9 @@ def scan_all(
     global _WORKER_COMPILED
     _WORKER_COMPILED = compiled  # inherited by the forked workers: nothing to pickle
     try:
+        import multiprocessing  # only for a parallel scan: most runs never need it
+        from concurrent.futures import ProcessPoolExecutor
+
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
             parts = list(pool.map(_scan_task, tasks))
