@@ -3,12 +3,17 @@
 
     python bench/engine_bench.py growth [--size 1G] [--runs 3]   # 73 / 200 / 1000 rules, one core
     python bench/engine_bench.py startup [--runs 20]              # a one-line log, warm caches
+    python bench/engine_bench.py redact [--size 1G] [--runs 3]    # the service's stream redaction
 
 growth: the library plus synthetic rules (`--extra-synthetic-rules`, distinct literals that never
 match) brought to 200 and 1000 rules; reports the scan-only MB/s (`stats.scan_seconds` of the JSON
 report), the wall time, and each figure's ratio to the library's own. Target: within 2x at 1000.
 startup: median wall time of the whole command on a tiny log after one warm-up run (compiled
-library cached). Target: under 0.3 s. Results also go to bench/out/engine-<mode>.json.
+library cached). Target: under 0.3 s.
+redact: `redact_stream` (what the service stores) over the generated log, plain and with every
+line wrapped in ANSI colour codes (as Ray prints them to a terminal), next to `rg -P -c` with
+the same secret patterns (PCRE2: they use look-arounds) on the same file.
+Results also go to bench/out/engine-<mode>.json.
 """
 
 from __future__ import annotations
@@ -89,9 +94,45 @@ def startup(lt: list[str], runs: int) -> dict[str, object]:
     return {"median_s": med, "min_s": min(walls), "runs": runs}
 
 
+def redact(size: int, runs: int) -> dict[str, object]:
+    from app.engine.redact import RULES, redact_stream
+
+    path = scan_bench.ensure_log(size, 0)
+    coloured = path.with_name(path.stem + "-ansi.log")
+    if not coloured.exists():
+        with path.open("rb") as src, coloured.open("wb") as dst:
+            for line in src:
+                dst.write(b"\x1b[36m" + line.rstrip(b"\n") + b"\x1b[0m\n")
+    patterns = path.with_name("redact-patterns.txt")
+    # PCRE2 (`rg -P`): the rules use look-arounds; one name may not name several groups
+    patterns.write_text("".join(p.replace("?P<secret>", "") + "\n" for _, p in RULES))
+    out: dict[str, object] = {"size": size}
+    for label, f in (("plain", path), ("ansi", coloured)):
+        scan_bench.warm(f)
+        n = f.stat().st_size
+        walls = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            with f.open("rb") as fh:
+                for _chunk in redact_stream(fh):
+                    pass
+            walls.append(time.perf_counter() - t)
+        rg = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            done = subprocess.run(["rg", "-P", "-c", "-f", str(patterns), str(f)], capture_output=True)
+            if done.returncode > 1:  # 1: no line matched
+                raise SystemExit(f"engine_bench: rg failed: {done.stderr.decode()[:300]}")
+            rg.append(time.perf_counter() - t)
+        ours, theirs = n / 1e6 / statistics.median(walls), n / 1e6 / statistics.median(rg)
+        print(f"{label:6} redact_stream {ours:7.0f} MB/s   rg -P -c (same patterns) {theirs:7.0f} MB/s")
+        out[label] = {"redact_mb_s": ours, "rg_mb_s": theirs}
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=["growth", "startup"])
+    p.add_argument("mode", choices=["growth", "startup", "redact"])
     p.add_argument("--size", default="1G")
     p.add_argument("--runs", type=int, default=0)
     p.add_argument("--logtriage", help="command for the CLI")
@@ -99,6 +140,8 @@ def main() -> int:
     lt = scan_bench.logtriage_command(args.logtriage)
     if args.mode == "growth":
         result = growth(lt, scan_bench.gen_log.parse_size(args.size), args.runs or 3)
+    elif args.mode == "redact":
+        result = redact(scan_bench.gen_log.parse_size(args.size), args.runs or 3)
     else:
         result = startup(lt, args.runs or 20)
     scan_bench.OUT.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import regex
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.errors import RuleError
@@ -277,13 +276,13 @@ def default_rules_dir() -> Path:
     raise RuleError("cannot find the rule library (rules/library.yaml); pass --rules DIR")
 
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def _read_yaml(path: Path) -> Any:
+    import yaml  # here: a run that finds the validated library in its cache never parses YAML
+
     try:
         # libyaml's C loader is ~10x faster than the pure-Python one: start-up time is a target.
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
     except (OSError, yaml.YAMLError) as exc:
         raise RuleError(f"cannot parse YAML: {exc}", file=str(path)) from None
 

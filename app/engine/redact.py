@@ -52,9 +52,13 @@ RULES: list[tuple[str, str]] = [
 ]
 
 
+_PATTERNS = dict(RULES)
+
+
 @cache
-def _compiled() -> list[tuple[str, regex.Pattern[str]]]:
-    return [(kind, regex.compile(p)) for kind, p in RULES]  # on first use: start-up stays short
+def _rx(kind: str) -> regex.Pattern[str]:
+    # each rule compiles the first time a text may hold its secret: most runs need few of them
+    return regex.compile(_PATTERNS[kind])
 
 
 _KEY_END = regex.compile(rb"-----END [A-Z ]*PRIVATE KEY-----")
@@ -120,10 +124,10 @@ def _may_match(kind: str, text: str) -> bool:
 def redact_text(text: str, counts: Counter[str] | None = None) -> str:
     """Redact one line or value. A line too pathological to check is withheld whole."""
     try:
-        for kind, rx in _compiled():
+        for kind in _PATTERNS:
             # checked on the text as the earlier rules left it, as the rule itself sees it
             if _may_match(kind, text):
-                text = _sub_secret(kind, rx, text, counts)
+                text = _sub_secret(kind, _rx(kind), text, counts)
     except TimeoutError:
         if counts is not None:
             counts["unverifiable-line"] += 1
