@@ -748,7 +748,10 @@ class AnalysisService:
                 for *_, fut in left:
                     if not fut.done():
                         fut.set_exception(err)
-                raise
+                if not isinstance(exc, Exception):
+                    raise
+                log.error("the analysis writer failed; %d requests got the error", len(left), exc_info=exc)
+                return
             for (_, _, fut), res in zip(batch, results, strict=True):
                 if fut.done():  # its request was cancelled
                     continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 from collections.abc import Iterator
@@ -353,3 +354,49 @@ def test_one_bad_upload_in_a_group_fails_alone(db: Database, tmp_path: Path, ana
         assert repo.get_analysis(s, analysis_id=good).status == "done"
     # the failed upload's blob is gone, the stored one's stays
     assert set(store.iter_blobs()) == {hashlib.sha256(b"fine\n").hexdigest()}
+
+
+def test_uploads_finishing_together_are_written_as_one_group(
+    db: Database, tmp_path: Path, analyze: Analyze, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(tmp_path / "data", db.url)
+    store = blob_store_for(settings.data_dir)
+    service = AnalysisService(settings=settings, db=db, store=store, pool=ScanPool(settings))
+    oom = result_of(analyze, OOM.format(gib="6"))
+    with db.write() as s:
+        ids = [repo.create_pending(s, meta=repo.JobMeta(), token_id=None, runner="t:1").id for _ in range(5)]
+    groups: list[int] = []
+    real = service._persist_batch
+
+    def recording(batch: list[tuple[str, ScanOutcome]]) -> list[Any]:
+        groups.append(len(batch))
+        return real(batch)
+
+    monkeypatch.setattr(service, "_persist_batch", recording)
+
+    async def finish_together() -> list[Any]:
+        return await asyncio.gather(
+            *(
+                service._store(aid, outcome_for(store, oom, f"log {i}\n".encode()))
+                for i, aid in enumerate(ids)
+            )
+        )
+
+    done = asyncio.run(finish_together())
+    assert groups == [5]  # one transaction for the five
+    assert [d.row.id for d in done] == ids and {d.row.status for d in done} == {"done"}
+
+    # a writer that breaks fails every waiting request instead of leaving it hanging
+    def broken(batch: list[tuple[str, ScanOutcome]]) -> list[Any]:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(service, "_persist_batch", broken)
+
+    async def two() -> list[Any]:
+        return await asyncio.gather(
+            *(service._store(repo.new_id(), outcome_for(store, oom, f"x {i}\n".encode())) for i in range(2)),
+            return_exceptions=True,
+        )
+
+    failed = asyncio.run(asyncio.wait_for(two(), timeout=30))
+    assert [type(e) for e in failed] == [RuntimeError, RuntimeError]
