@@ -162,7 +162,13 @@ def test_only_a_hash_is_stored(auth_server: LiveServer) -> None:
     listed = run_cli("tokens", "list", "--json", env=cli_env(srv.settings))
     assert listed.returncode == 0 and secret not in listed.stdout
     names = {t["name"]: t for t in json.loads(listed.stdout)}
-    assert names[name]["scopes"] == ["read"]
+    assert names[name]["scopes"] == ["read"] and names[name]["last_used_at"] is None
+    # a request records the token's use (once a minute at most: the second one writes nothing)
+    with srv.client() as c:
+        for _ in range(2):
+            assert c.get(API, headers=bearer(secret)).status_code == 200
+    listed = run_cli("tokens", "list", "--json", env=cli_env(srv.settings))
+    assert {t["name"]: t for t in json.loads(listed.stdout)}[name]["last_used_at"] is not None
 
 
 def test_require_tokens_setting_closes_open_mode(tmp_path: Path, fresh_db_url: str) -> None:

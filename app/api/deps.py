@@ -99,8 +99,9 @@ def authenticate(
             token = repo.token_for_secret(s, secret=secret)
         if token is None:
             raise AuthError("invalid, revoked or expired API token")
-        with ctx.db.write() as s:
-            repo.touch_token(s, token_id=token.id)
+        if repo.touch_due(token):
+            with ctx.db.write() as s:
+                repo.touch_token(s, token=token)
         return Principal(token_id=token.id, name=token.name, scopes=token.scope_set)
     if ctx.settings.require_tokens:
         raise AuthError("this service requires an API token: send `Authorization: Bearer <token>`")

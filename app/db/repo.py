@@ -1027,16 +1027,20 @@ def any_active_token(session: Session) -> bool:
     )
 
 
-_LAST_TOUCH: dict[int, float] = {}
+_LAST_TOUCH: dict[str, float] = {}  # token hash -> when this process last recorded its use
 
 
-def touch_token(session: Session, *, token_id: int) -> None:
-    """Record last use (at most once a minute per token, to keep reads read-only)."""
-    now = time.monotonic()
-    if now - _LAST_TOUCH.get(token_id, 0) < 60:
-        return
-    _LAST_TOUCH[token_id] = now
-    session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=utcnow()))
+def touch_due(token: ApiToken) -> bool:
+    """Whether this process should record the token's use now: at most once a minute per token,
+    so a fleet of hooks sharing one token does not queue on updates of its row. (Keyed by the
+    hash, not the id: ids repeat across databases.)"""
+    return time.monotonic() - _LAST_TOUCH.get(token.token_hash, 0) >= 60
+
+
+def touch_token(session: Session, *, token: ApiToken) -> None:
+    """Record last use (callers check `touch_due` first: no write transaction when not due)."""
+    _LAST_TOUCH[token.token_hash] = time.monotonic()
+    session.execute(update(ApiToken).where(ApiToken.id == token.id).values(last_used_at=utcnow()))
 
 
 # --- housekeeping ------------------------------------------------------------------------------
