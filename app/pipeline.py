@@ -176,11 +176,14 @@ def ping(_: object = None) -> str:
     return _state().compiled.library.version
 
 
+_CONTROL = bytes(b for b in range(32) if b not in (8, 9, 10, 12, 13, 27))  # not in text logs
+
+
 def _check_text(head: bytes, name: str) -> None:
     sample = head[:8192]
     if not sample:
         return
-    control = sum(1 for b in sample if b < 32 and b not in (9, 10, 12, 13, 27, 8))
+    control = len(sample) - len(sample.translate(None, _CONTROL))  # a byte loop cost 0.3 ms
     if control / len(sample) > 0.1:
         raise UnsupportedMediaError(
             f"{name}: binary content, not a text log; send plain text, gzip or zstd "
