@@ -355,105 +355,117 @@ def complete_analyses(
     for aid in ids:
         if aid not in rows:
             raise NotFoundError(f"analysis {aid} vanished while it was running")
-    now = utcnow()
+    pairs = [(rows[c.analysis_id], c) for c in items]
     # no autoflush: each row's changes go out in the one UPDATE at the end, not one per query
     with session.no_autoflush:
-        blobs = {
-            b.sha256: b
-            for c in items
-            for b in [f.blob for f in c.files] + ([c.config.blob] if c.config else [])
-        }
-        _insert_ignore(
-            session,
-            Blob,
-            [
-                {"sha256": b.sha256, "size": b.size, "stored_size": b.stored_size, "created_at": now}
-                for b in sorted(blobs.values(), key=lambda b: b.sha256)
-            ],
-        )
-        file_rows = [
-            {
-                "analysis_id": c.analysis_id,
-                "position": i,
-                "name": f.name[:255],
-                "blob_sha256": f.blob.sha256,
-                "size": f.blob.size,
-            }
-            for c in items
-            for i, f in enumerate(c.files)
-        ]
-        if file_rows:
-            session.execute(insert(table_of(AnalysisFile)), file_rows)
-        digests = {c.analysis_id: log_digest([f.blob.sha256 for f in c.files]) for c in items}
-        earlier = session.execute(
-            select(Analysis.log_digest, func.min(Analysis.id))
-            .where(
-                Analysis.log_digest.in_(sorted(set(digests.values()))),
-                Analysis.id.not_in(ids),
-                Analysis.duplicate_of_id.is_(None),
-            )
-            .group_by(Analysis.log_digest)
-        )
-        first_of = {str(d): str(first) for d, first in earlier}
-        for c in items:
-            row = rows[c.analysis_id]
-            digest = digests[c.analysis_id]
-            row.log_digest = digest
-            row.log_bytes = sum(f.blob.size for f in c.files)
-            if c.config:
-                row.config_name = c.config.name[:255]
-                row.config_sha256 = c.config.blob.sha256
-            # the same log earlier in this group counts as stored before
-            row.duplicate_of_id = first_of.setdefault(digest, row.id)
-            if row.duplicate_of_id == row.id:
-                row.duplicate_of_id = None
-            _set_result(row, c.analysis, c.library_version)
-        results = []
-        for version in sorted({c.library_version for c in items}):
-            group = [c for c in items if c.library_version == version]
-            rule_ids = _rule_version_ids(
-                session, rules=[r for c in group for r in c.rules], library_version=version
-            )
-            results.append((group, rule_ids))
-        for group, rule_ids in results:
-            _insert_findings(session, [(rows[c.analysis_id], c.analysis) for c in group], rule_ids)
-        finished = utcnow()
-        for c in items:
-            row = rows[c.analysis_id]
-            row.status = "done"
-            row.finished_at = finished
-            row.runner = None
+        _store_files(session, pairs)
+        _store_results(session, pairs)
     pending = [
         x
-        for x in (
-            rollup.contribution_of(rows[c.analysis_id], hosts=_root_hosts(rows[c.analysis_id], c.analysis))
-            for c in items
-        )
+        for x in (rollup.contribution_of(row, hosts=_root_hosts(row, c.analysis)) for row, c in pairs)
         if x is not None
     ]
     session.flush()
-    recs = {
-        fp: rollup.recurrence(session, fingerprint_=fp, days=recurrence_days, pending=pending)
-        for fp in sorted({r.fingerprint for r in rows.values() if r.fingerprint})
-    }
-    hardware = {c.analysis_id: result_hardware_hosts(rows[c.analysis_id], c.analysis) for c in items}
-    all_hw = sorted({h for hs in hardware.values() for h in hs})
-    suspects = (
-        suspect_hosts(session, days=recurrence_days, min_jobs=suspect_min_jobs, only=all_hw) if all_hw else []
+    standings = _standings(
+        session, pairs, pending=pending, days=recurrence_days, suspect_min_jobs=suspect_min_jobs
     )
     if pending:
         # last before commit: every upload of a common failure updates these same rows, and a
         # row stays locked from its update until commit
         rollup.count(session, pending)
-    out = []
-    for c in items:
-        row = rows[c.analysis_id]
-        mine = set(hardware[c.analysis_id])
-        standing = Standing(
+    return [(row, standing) for (row, _), standing in zip(pairs, standings, strict=True)]
+
+
+def _store_files(session: Session, pairs: Sequence[tuple[Analysis, Completion]]) -> None:
+    """Blobs, file rows, and which analyses repeat a log stored before (duplicates)."""
+    now = utcnow()
+    blobs = {
+        b.sha256: b
+        for _, c in pairs
+        for b in [f.blob for f in c.files] + ([c.config.blob] if c.config else [])
+    }
+    _insert_ignore(
+        session,
+        Blob,
+        [
+            {"sha256": b.sha256, "size": b.size, "stored_size": b.stored_size, "created_at": now}
+            for b in sorted(blobs.values(), key=lambda b: b.sha256)
+        ],
+    )
+    file_rows = [
+        {
+            "analysis_id": row.id,
+            "position": i,
+            "name": f.name[:255],
+            "blob_sha256": f.blob.sha256,
+            "size": f.blob.size,
+        }
+        for row, c in pairs
+        for i, f in enumerate(c.files)
+    ]
+    if file_rows:
+        session.execute(insert(table_of(AnalysisFile)), file_rows)
+    digests = [log_digest([f.blob.sha256 for f in c.files]) for _, c in pairs]
+    earlier = session.execute(
+        select(Analysis.log_digest, func.min(Analysis.id))
+        .where(
+            Analysis.log_digest.in_(sorted(set(digests))),
+            Analysis.id.not_in([row.id for row, _ in pairs]),
+            Analysis.duplicate_of_id.is_(None),
+        )
+        .group_by(Analysis.log_digest)
+    )
+    first_of = {str(d): str(first) for d, first in earlier}
+    for (row, c), digest in zip(pairs, digests, strict=True):
+        row.log_digest = digest
+        row.log_bytes = sum(f.blob.size for f in c.files)
+        if c.config:
+            row.config_name = c.config.name[:255]
+            row.config_sha256 = c.config.blob.sha256
+        # the same log earlier in this group counts as stored before
+        first = first_of.setdefault(digest, row.id)
+        row.duplicate_of_id = first if first != row.id else None
+
+
+def _store_results(session: Session, pairs: Sequence[tuple[Analysis, Completion]]) -> None:
+    """Each analysis' result, findings and hosts; the rows become `done`."""
+    for row, c in pairs:
+        _set_result(row, c.analysis, c.library_version)
+    for version in sorted({c.library_version for _, c in pairs}):
+        group = [(row, c) for row, c in pairs if c.library_version == version]
+        rule_ids = _rule_version_ids(
+            session, rules=[r for _, c in group for r in c.rules], library_version=version
+        )
+        _insert_findings(session, [(row, c.analysis) for row, c in group], rule_ids)
+    finished = utcnow()
+    for row, _ in pairs:
+        row.status = "done"
+        row.finished_at = finished
+        row.runner = None
+
+
+def _standings(
+    session: Session,
+    pairs: Sequence[tuple[Analysis, Completion]],
+    *,
+    pending: Sequence[rollup.Contribution],
+    days: int,
+    suspect_min_jobs: int,
+) -> list[Standing]:
+    """Recurrence (one query set per fingerprint) and suspect hosts (one query) of a group."""
+    recs = {
+        fp: rollup.recurrence(session, fingerprint_=fp, days=days, pending=pending)
+        for fp in sorted({row.fingerprint for row, _ in pairs if row.fingerprint})
+    }
+    hardware = [set(result_hardware_hosts(row, c.analysis)) for row, c in pairs]
+    every = sorted(set().union(*hardware))
+    suspects = suspect_hosts(session, days=days, min_jobs=suspect_min_jobs, only=every) if every else []
+    return [
+        Standing(
             recs.get(row.fingerprint) if row.fingerprint else None, [s for s in suspects if s.host in mine]
         )
-        out.append((row, standing))
-    return out
+        for (row, _), mine in zip(pairs, hardware, strict=True)
+    ]
 
 
 def blob_referenced(session: Session, *, sha256: str) -> bool:
