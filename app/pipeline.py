@@ -708,8 +708,7 @@ class AnalysisService:
 
     async def _process(self, analysis_id: str, job: ScanJob, spool: Path) -> Completed:
         try:
-            bulk = await asyncio.to_thread(self.pool.is_bulk, job)
-            result = await self.pool.call(scan_upload, job, bulk=bulk)
+            result = await self.pool.call(scan_upload, job, bulk=self.pool.is_bulk(job))
             if isinstance(result, JobError):
                 raise result.to_exception()
             return await self._store(analysis_id, result)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBasic, HTTPBasicCredentials, HTTPBearer
@@ -30,7 +30,9 @@ bearer_scheme = HTTPBearer(auto_error=False, description="An API token from `log
 basic_scheme = HTTPBasic(auto_error=False, description="Any user name; the API token as the password.")
 
 
-def get_ctx(request: Request) -> AppContext:
+async def get_ctx(request: Request) -> AppContext:
+    # async: FastAPI runs a plain `def` dependency in its thread pool, a hop per request for a
+    # dict lookup (only dependencies that wait on the database stay `def`)
     ctx: AppContext = request.app.state.ctx
     return ctx
 
@@ -121,8 +123,8 @@ def authenticate(
 PrincipalDep = Annotated[Principal, Depends(authenticate)]
 
 
-def require(scope: str) -> Callable[[Principal], Principal]:
-    def check(principal: PrincipalDep) -> Principal:
+def require(scope: str) -> Callable[[Principal], Coroutine[Any, Any, Principal]]:
+    async def check(principal: PrincipalDep) -> Principal:  # async: no thread hop (see get_ctx)
         if not principal.allows(scope):
             raise ForbiddenError(
                 f"token {principal.name!r} has scopes {' '.join(sorted(principal.scopes)) or 'none'}; "
