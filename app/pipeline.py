@@ -270,20 +270,23 @@ def _redact_to_blob(
         tasks = [
             (str(plain_in), a, b, str(work_path.with_suffix(f".part{i}"))) for i, (a, b) in enumerate(ranges)
         ]
-        if len(tasks) == 1 and size <= IN_MEMORY_SCAN_BYTES:
-            # a hook's log: creating a file costs more than scanning it here (~0.4 ms per file)
-            chunks = []
-            with plain_in.open("rb") as fh, store.writer() as w:
-                for chunk in redact_stream(fh):
-                    w.write(chunk)
-                    chunks.append(chunk)
-                return w.finish(), b"".join(chunks)
         if len(tasks) == 1:
-            with plain_in.open("rb") as fh, store.writer() as w, work_path.open("wb") as plain:
+            # a hook's log stays in memory for the scan: creating a file costs more than
+            # scanning it (~0.4 ms per file); a bigger one goes to `work_path`
+            in_memory = size <= IN_MEMORY_SCAN_BYTES
+            chunks: list[bytes] = []
+            with (
+                plain_in.open("rb") as fh,
+                store.writer() as w,
+                contextlib.nullcontext() if in_memory else work_path.open("wb") as plain,
+            ):
                 for chunk in redact_stream(fh):
                     w.write(chunk)
-                    plain.write(chunk)
-                return w.finish(), None
+                    if plain is None:
+                        chunks.append(chunk)
+                    else:
+                        plain.write(chunk)
+                return w.finish(), b"".join(chunks) if in_memory else None
         parts = [Path(t[3]) for t in tasks]
         ctx = multiprocessing.get_context("fork")  # scan workers are single-threaded
         with ProcessPoolExecutor(max_workers=len(tasks), mp_context=ctx) as pool:
@@ -761,12 +764,6 @@ class AnalysisService:
                     fut.set_result(res)
                 else:
                     fut.set_exception(res)
-
-    def _persist(self, analysis_id: str, outcome: ScanOutcome) -> Completed:
-        res = self._persist_batch([(analysis_id, outcome)])[0]
-        if isinstance(res, Completed):
-            return res
-        raise res
 
     def _persist_batch(self, batch: list[tuple[str, ScanOutcome]]) -> list[Completed | Exception]:
         """Commit the blobs, then store the group in one transaction; if that fails, store each

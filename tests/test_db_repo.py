@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.blobstore import blob_store_for
-from app.db import repo
+from app.db import repo, rollup
 from app.db.migrate import downgrade, upgrade
 from app.db.models import RecurrenceDay, RecurrenceHost, RecurrenceJob
 from app.db.session import Database
@@ -57,8 +57,7 @@ def store_analysis(
     store.commit(blob)
     with db.write() as s:
         row = repo.create_pending(s, meta=meta or repo.JobMeta(), token_id=None, runner="test:1")
-        repo.complete_analysis(
-            s,
+        item = repo.Completion(
             analysis_id=row.id,
             analysis=analysis,
             library_version="0.1.0",
@@ -70,6 +69,7 @@ def store_analysis(
                 )
             ],
         )
+        repo.complete_analyses(s, items=[item])
         return row.id
 
 
@@ -113,7 +113,7 @@ def test_complete_list_recurrence_and_suspects(db: Database, tmp_path: Path, ana
         )
         assert [r.id for r in more] == [ids[0]] and end is None
         row = repo.get_analysis(s, analysis_id=ids[0])
-        rec = repo.recurrence(s, fingerprint_=row.fingerprint or "", days=7)
+        rec = rollup.recurrence(s, fingerprint_=row.fingerprint or "", days=7)
         assert rec is not None and rec.total == 2 and rec.jobs == 2 and rec.first_analysis_id == ids[0]
         assert repo.get_analysis(s, analysis_id=dup).duplicate_of_id is not None
         suspects = repo.suspect_hosts(s, days=7, min_jobs=2)
@@ -158,23 +158,23 @@ def test_recurrence_counters_follow_retriage(db: Database, tmp_path: Path, analy
     b = store_analysis(db, tmp_path, oom, content=b"b\n", meta=repo.JobMeta(job_id="jb", host="n2"))
     with db.read() as s:
         fp_oom = repo.get_analysis(s, analysis_id=a).fingerprint or ""
-        rec = repo.recurrence(s, fingerprint_=fp_oom, days=7)
+        rec = rollup.recurrence(s, fingerprint_=fp_oom, days=7)
         assert rec is not None and (rec.total, rec.jobs, rec.first_analysis_id) == (2, 2, a)
     # the first analysis turns out to be an ECC failure: it leaves the OOM counts, joins ECC's
     with db.write() as s:
         repo.apply_retriage(s, analysis_id=a, analysis=ecc, library_version="0.2.0", rules=[])
     with db.read() as s:
-        rec = repo.recurrence(s, fingerprint_=fp_oom, days=7)
+        rec = rollup.recurrence(s, fingerprint_=fp_oom, days=7)
         assert rec is not None and (rec.total, rec.jobs, rec.first_analysis_id) == (1, 1, b)
         fp_ecc = repo.get_analysis(s, analysis_id=a).fingerprint or ""
-        rec_ecc = repo.recurrence(s, fingerprint_=fp_ecc, days=7)
+        rec_ecc = rollup.recurrence(s, fingerprint_=fp_ecc, days=7)
         assert rec_ecc is not None and (rec_ecc.total, rec_ecc.hosts, rec_ecc.first_analysis_id) == (1, 1, a)
     assert [key for fp, key, _n in _counters(db)["jobs"] if fp == fp_oom] == ["jb"]
     with db.write() as s:
         repo.apply_retriage(s, analysis_id=b, analysis=ecc, library_version="0.2.0", rules=[])
     with db.read() as s:
-        assert repo.recurrence(s, fingerprint_=fp_oom, days=7) is None  # no row left behind
-        rec_ecc = repo.recurrence(s, fingerprint_=fp_ecc, days=7)
+        assert rollup.recurrence(s, fingerprint_=fp_oom, days=7) is None  # no row left behind
+        rec_ecc = rollup.recurrence(s, fingerprint_=fp_ecc, days=7)
         assert rec_ecc is not None and rec_ecc.total == 2 and rec_ecc.jobs == 2
 
 
@@ -183,8 +183,8 @@ def test_recurrence_window_is_exact_at_its_start(db: Database, tmp_path: Path, a
     with db.read() as s:
         row = repo.get_analysis(s, analysis_id=aid)
         fp, created = row.fingerprint or "", row.created_at
-        inside = repo.recurrence(s, fingerprint_=fp, days=7, now=created + dt.timedelta(days=7, seconds=-1))
-        outside = repo.recurrence(s, fingerprint_=fp, days=7, now=created + dt.timedelta(days=7, seconds=1))
+        inside = rollup.recurrence(s, fingerprint_=fp, days=7, now=created + dt.timedelta(days=7, seconds=-1))
+        outside = rollup.recurrence(s, fingerprint_=fp, days=7, now=created + dt.timedelta(days=7, seconds=1))
     assert inside is not None and inside.in_window == 1 and inside.total == 1
     assert outside is not None and outside.in_window == 0 and outside.total == 1
 
@@ -272,16 +272,16 @@ def test_failed_database_write_deletes_the_new_blob(db: Database, tmp_path: Path
     service = AnalysisService(settings=settings, db=db, store=store, pool=ScanPool(settings))
     result = result_of(analyze, OOM.format(gib="1"))
     # the analysis row does not exist: the insert fails, and the blob it created goes away
-    with pytest.raises(NotFoundError):
-        service._persist(repo.new_id(), outcome_for(store, result, b"new content\n"))
+    [failed] = service._persist_batch([(repo.new_id(), outcome_for(store, result, b"new content\n"))])
+    assert isinstance(failed, NotFoundError)
     assert list(store.iter_blobs()) == []
     assert not list((settings.data_dir / "tmp").glob("blob-*"))
     # a blob another analysis refers to survives a failed insert that reused it
     store_analysis(db, tmp_path, result, content=b"shared\n")  # same data dir: tmp_path / "data"
     before = set(store.iter_blobs())
     assert len(before) == 1
-    with pytest.raises(NotFoundError):
-        service._persist(repo.new_id(), outcome_for(store, result, b"shared\n"))
+    [failed] = service._persist_batch([(repo.new_id(), outcome_for(store, result, b"shared\n"))])
+    assert isinstance(failed, NotFoundError)
     assert set(store.iter_blobs()) == before
 
 

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.db import repo
 from app.db.models import Analysis, AnalysisFile, Feedback
+from app.db.rollup import Recurrence
 from app.settings import Settings
 
 API = "/api/v1"
@@ -47,7 +48,7 @@ def metadata(row: Analysis) -> dict[str, Any]:
     }
 
 
-def recurrence_text(rec: repo.Recurrence) -> str:
+def recurrence_text(rec: Recurrence) -> str:
     times = "time" if rec.in_window == 1 else "times"
     text = f"seen {rec.in_window} {times} in {rec.window_days} days"
     if rec.total != rec.in_window:
@@ -58,7 +59,7 @@ def recurrence_text(rec: repo.Recurrence) -> str:
     return text
 
 
-def recurrence_dict(rec: repo.Recurrence) -> dict[str, Any]:
+def recurrence_dict(rec: Recurrence) -> dict[str, Any]:
     return {
         "fingerprint": rec.fingerprint,
         "total": rec.total,

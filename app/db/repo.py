@@ -321,25 +321,6 @@ class Completion:
     rules: Sequence[RuleRecord]
 
 
-def complete_analysis(
-    session: Session,
-    *,
-    analysis_id: str,
-    analysis: dict[str, Any],
-    library_version: str,
-    files: Sequence[FileRecord],
-    config: FileRecord | None,
-    rules: Iterable[RuleRecord],
-    recurrence_days: int = 7,
-    suspect_min_jobs: int = 2,
-) -> tuple[Analysis, Standing]:
-    """Store a finished analysis; returns it with its standing (recurrence counts it)."""
-    item = Completion(analysis_id, analysis, library_version, files, config, tuple(rules))
-    return complete_analyses(
-        session, items=[item], recurrence_days=recurrence_days, suspect_min_jobs=suspect_min_jobs
-    )[0]
-
-
 def complete_analyses(
     session: Session,
     *,
@@ -714,15 +695,6 @@ def add_feedback(
 # --- recurrence, suspect hosts, stats -----------------------------------------------------------
 
 
-Recurrence = rollup.Recurrence
-
-
-def recurrence(
-    session: Session, *, fingerprint_: str, days: int, now: dt.datetime | None = None
-) -> Recurrence | None:
-    return rollup.recurrence(session, fingerprint_=fingerprint_, days=days, now=now)
-
-
 def _iso(value: Any) -> str:
     return _aware(value).isoformat().replace("+00:00", "Z")
 
@@ -802,7 +774,7 @@ def suspect_hosts(
 class Standing:
     """How an analysis' failure stands in the history: recurrence and suspect hosts."""
 
-    recurrence: Recurrence | None = None
+    recurrence: rollup.Recurrence | None = None
     suspects: list[SuspectHost] = field(default_factory=list)
 
 

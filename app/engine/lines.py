@@ -87,9 +87,7 @@ def strip_ansi(text: str) -> str:
 
 def normalise(raw: bytes, *, max_chars: int) -> str:
     """Decode (bad UTF-8 replaced), drop ANSI escapes and progress-bar redraws."""
-    text = raw.decode("utf-8", errors="replace")
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
+    text = strip_ansi(raw.decode("utf-8", errors="replace"))
     if "\r" in text:
         # tqdm redraws with \r; what the user saw last is the final non-empty segment,
         # but an error printed between redraws must survive, so keep all distinct segments.
