@@ -77,6 +77,13 @@ class Settings(BaseSettings):
         description="Largest request body in bytes, as sent (compressed); larger uploads get 413 "
         "(0 = no limit).",
     )
+    auth_cache_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="Seconds a server process reuses what it read about API tokens: a revoked token "
+        "keeps working for at most this long, and open mode ends this long after the first token "
+        "is created (0 = read the token table on every request).",
+    )
     sync_wait: float = Field(
         default=10.0,
         ge=0,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import jinja2
 
+from app.api.authcache import AuthCache
 from app.blobstore import BlobStore
 from app.db.session import Database
 from app.engine.library import Library
@@ -22,3 +23,4 @@ class AppContext:
     pool: ScanPool
     service: AnalysisService
     templates: jinja2.Environment
+    auth: AuthCache

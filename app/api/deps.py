@@ -8,6 +8,7 @@ for loopback clients only: a single user on their own machine.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import ipaddress
@@ -20,8 +21,10 @@ from fastapi.security import HTTPBasic, HTTPBasicCredentials, HTTPBearer
 from fastapi.security.http import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
 
+from app.api.authcache import KnownToken, Miss
 from app.api.context import AppContext
 from app.db import repo
+from app.db.models import utcnow
 from app.errors import AuthError, ForbiddenError
 
 ALL_SCOPES = frozenset(repo.SCOPES)
@@ -89,26 +92,30 @@ def _secret(bearer: HTTPAuthorizationCredentials | None, request: Request) -> st
     return None
 
 
-def authenticate(
+async def authenticate(
     request: Request,
     ctx: CtxDep,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     _basic: Annotated[HTTPBasicCredentials | None, Depends(basic_scheme)],
 ) -> Principal:
+    # async, and the database only on a cache miss (see app.api.authcache): most requests
+    # authenticate without a thread hop or a transaction
     secret = _secret(bearer, request)
     if secret:
-        with ctx.db.read() as s:
-            token = repo.token_for_secret(s, secret=secret)
-        if token is None:
+        token_hash = repo.hash_token(secret)
+        known = ctx.auth.token(token_hash)
+        if isinstance(known, Miss):
+            known = await asyncio.to_thread(_read_token, ctx, token_hash)
+        if known is None or known.expired(utcnow()):
             raise AuthError("invalid, revoked or expired API token")
-        if repo.touch_due(token):
-            with ctx.db.write() as s:
-                repo.touch_token(s, token=token)
-        return Principal(token_id=token.id, name=token.name, scopes=token.scope_set)
+        if repo.touch_due(token_hash):
+            await asyncio.to_thread(_touch, ctx, known)
+        return Principal(token_id=known.id, name=known.name, scopes=known.scopes)
     if ctx.settings.require_tokens:
         raise AuthError("this service requires an API token: send `Authorization: Bearer <token>`")
-    with ctx.db.read() as s:
-        tokens_exist = repo.any_active_token(s)
+    tokens_exist = ctx.auth.tokens_exist()
+    if isinstance(tokens_exist, Miss):
+        tokens_exist = await asyncio.to_thread(_read_tokens_exist, ctx)
     if tokens_exist:
         raise AuthError("this service requires an API token: send `Authorization: Bearer <token>`")
     client = request.client.host if request.client else None
@@ -118,6 +125,30 @@ def authenticate(
             "server with `logtriage tokens create --name NAME --scope ingest`"
         )
     return Principal(token_id=None, name="local user (open mode)", scopes=ALL_SCOPES, open_mode=True)
+
+
+def _read_token(ctx: AppContext, token_hash: str) -> KnownToken | None:
+    with ctx.db.read() as s:
+        row = repo.token_by_hash(s, token_hash=token_hash)
+    known = None
+    if row is not None:
+        known = KnownToken(
+            id=row.id, name=row.name, scopes=row.scope_set, token_hash=token_hash, expires_at=row.expires_at
+        )
+    ctx.auth.remember_token(token_hash, known)
+    return known
+
+
+def _read_tokens_exist(ctx: AppContext) -> bool:
+    with ctx.db.read() as s:
+        exist = repo.any_active_token(s)
+    ctx.auth.remember_tokens_exist(exist)
+    return exist
+
+
+def _touch(ctx: AppContext, token: KnownToken) -> None:
+    with ctx.db.write() as s:
+        repo.touch_token(s, token_id=token.id, token_hash=token.token_hash)
 
 
 PrincipalDep = Annotated[Principal, Depends(authenticate)]

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 
 from app import __version__
 from app.api import errors
+from app.api.authcache import AuthCache
 from app.api.context import AppContext
 from app.api.routes import analyses, health, rules, stats
 from app.blobstore import open_blob_store
@@ -96,11 +97,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             pool=pool,
             service=service,
             templates=make_templates(),
+            auth=AuthCache(settings.auth_cache_seconds),
         )
 
         def _tokens() -> bool:
             with db.read() as s:
-                return repo.any_active_token(s)
+                exist = repo.any_active_token(s)
+            app.state.ctx.auth.remember_tokens_exist(exist)
+            return exist
 
         if not settings.require_tokens and not await asyncio.to_thread(_tokens):
             log.warning(open_mode_message(settings))

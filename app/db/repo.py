@@ -988,11 +988,15 @@ def revoke_token(session: Session, *, name_or_id: str) -> ApiToken:
     return row
 
 
+def token_by_hash(session: Session, *, token_hash: str) -> ApiToken | None:
+    """The unrevoked token with this hash, expired or not (callers check expiry at use)."""
+    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == token_hash))
+    return None if row is None or row.revoked_at is not None else row
+
+
 def token_for_secret(session: Session, *, secret: str) -> ApiToken | None:
-    row = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_token(secret)))
-    if row is None or row.revoked_at is not None:
-        return None
-    if row.expires_at is not None and row.expires_at <= utcnow():
+    row = token_by_hash(session, token_hash=hash_token(secret))
+    if row is None or (row.expires_at is not None and row.expires_at <= utcnow()):
         return None
     return row
 
@@ -1014,17 +1018,17 @@ def any_active_token(session: Session) -> bool:
 _LAST_TOUCH: dict[str, float] = {}  # token hash -> when this process last recorded its use
 
 
-def touch_due(token: ApiToken) -> bool:
+def touch_due(token_hash: str) -> bool:
     """Whether this process should record the token's use now: at most once a minute per token,
     so a fleet of hooks sharing one token does not queue on updates of its row. (Keyed by the
     hash, not the id: ids repeat across databases.)"""
-    return time.monotonic() - _LAST_TOUCH.get(token.token_hash, 0) >= 60
+    return time.monotonic() - _LAST_TOUCH.get(token_hash, 0) >= 60
 
 
-def touch_token(session: Session, *, token: ApiToken) -> None:
+def touch_token(session: Session, *, token_id: int, token_hash: str) -> None:
     """Record last use (callers check `touch_due` first: no write transaction when not due)."""
-    _LAST_TOUCH[token.token_hash] = time.monotonic()
-    session.execute(update(ApiToken).where(ApiToken.id == token.id).values(last_used_at=utcnow()))
+    _LAST_TOUCH[token_hash] = time.monotonic()
+    session.execute(update(ApiToken).where(ApiToken.id == token_id).values(last_used_at=utcnow()))
 
 
 # --- housekeeping ------------------------------------------------------------------------------
