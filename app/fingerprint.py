@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import lru_cache
 
 # captures that name *where* a failure happened, not *what* it was
 VOLATILE_KEYS = frozenset({"host", "hostname", "node", "ip", "addr", "address", "rank", "pid", "port", "gpu"})
@@ -30,9 +31,16 @@ def normalise_capture(value: str) -> str:
 
 
 def fingerprint(rule_id: str, captures: dict[str, str]) -> str:
+    return _fingerprint(rule_id, tuple(sorted(captures.items())))
+
+
+@lru_cache(maxsize=4096)
+def _fingerprint(rule_id: str, captures: tuple[tuple[str, str], ...]) -> str:
+    # cached: storing a write group asks for each finding's fingerprint several times, and
+    # common failures repeat the same captures across uploads
     parts = [rule_id]
-    for key in sorted(captures):
+    for key, value in captures:
         if key.lower() in VOLATILE_KEYS:
             continue
-        parts.append(f"{key}={normalise_capture(captures[key])}")
+        parts.append(f"{key}={normalise_capture(value)}")
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]

@@ -26,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -35,7 +35,7 @@ from app.db import repo
 from app.db.models import Analysis, AnalysisFile
 from app.db.repo import FileRecord, JobMeta, RuleRecord, StoredBlob
 from app.db.session import Database
-from app.engine.ingest import ByteBudget, Source, open_source, rank_from_name
+from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, ByteBudget, Source, open_source, rank_from_name
 from app.engine.library import Library, load_library
 from app.engine.patches import ConfigView
 from app.engine.redact import redact_stream, redact_text
@@ -67,6 +67,14 @@ R = TypeVar("R")
 class InputFile:
     name: str  # what findings cite (the uploaded file name)
     path: str  # the spooled upload, as sent: plain, gzip or zstd
+    data: bytes | None = None  # the upload itself when it was small: then `path` does not exist
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else Path(self.path).stat().st_size
+
+    def read(self) -> bytes:
+        return self.data if self.data is not None else Path(self.path).read_bytes()
 
 
 @dataclass(frozen=True)
@@ -273,20 +281,8 @@ def _redact_to_blob(
         if len(tasks) == 1:
             # a hook's log stays in memory for the scan: creating a file costs more than
             # scanning it (~0.4 ms per file); a bigger one goes to `work_path`
-            in_memory = size <= IN_MEMORY_SCAN_BYTES
-            chunks: list[bytes] = []
-            with (
-                plain_in.open("rb") as fh,
-                store.writer() as w,
-                contextlib.nullcontext() if in_memory else work_path.open("wb") as plain,
-            ):
-                for chunk in redact_stream(fh):
-                    w.write(chunk)
-                    if plain is None:
-                        chunks.append(chunk)
-                    else:
-                        plain.write(chunk)
-                return w.finish(), b"".join(chunks) if in_memory else None
+            with plain_in.open("rb") as fh:
+                return _redact_one(fh, store, None if size <= IN_MEMORY_SCAN_BYTES else work_path)
         parts = [Path(t[3]) for t in tasks]
         ctx = multiprocessing.get_context("fork")  # scan workers are single-threaded
         with ProcessPoolExecutor(max_workers=len(tasks), mp_context=ctx) as pool:
@@ -309,11 +305,48 @@ def _redact_to_blob(
             plain_in.unlink(missing_ok=True)
 
 
-def _read_config(path: Path, name: str) -> str:
-    raw = path.read_bytes() if path.stat().st_size <= MAX_CONFIG_BYTES else None
-    if raw is None:
-        raise InputTooLargeError(f"{name}: config file over {MAX_CONFIG_BYTES >> 20} MiB")
-    return redact_text(raw.decode("utf-8", errors="replace"))
+def _spooled(f: InputFile) -> Path:
+    """The upload as a file. A small compressed upload arrives in memory and is written out:
+    what it expands to is not bounded by its size, so it takes the file path."""
+    path = Path(f.path)
+    if f.data is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f.data)
+    return path
+
+
+def _redact_one(src: BinaryIO, store: BlobStore, plain_out: Path | None) -> tuple[PendingBlob, bytes | None]:
+    """Redact one stream into a pending blob; the redacted text comes back as bytes, or goes to
+    `plain_out` when given."""
+    chunks: list[bytes] = []
+    with (
+        store.writer() as w,
+        contextlib.nullcontext() if plain_out is None else plain_out.open("wb") as plain,
+    ):
+        for chunk in redact_stream(src):
+            w.write(chunk)
+            if plain is None:
+                chunks.append(chunk)
+            else:
+                plain.write(chunk)
+        return w.finish(), b"".join(chunks) if plain_out is None else None
+
+
+def _redact_bytes(name: str, data: bytes, store: BlobStore, budget: ByteBudget) -> tuple[PendingBlob, bytes]:
+    """`_redact_to_blob` for a small plain upload that arrived in memory."""
+    _check_text(data[:8192], name)
+    if not data:
+        raise InputError(f"{name}: the log is empty")
+    budget.take(len(data), name)
+    blob, redacted = _redact_one(io.BytesIO(data), store, None)
+    assert redacted is not None
+    return blob, redacted
+
+
+def _read_config(f: InputFile) -> str:
+    if f.size > MAX_CONFIG_BYTES:
+        raise InputTooLargeError(f"{f.name}: config file over {MAX_CONFIG_BYTES >> 20} MiB")
+    return redact_text(f.read().decode("utf-8", errors="replace"))
 
 
 def _rule_texts(compiled: CompiledLibrary, analysis: dict[str, Any]) -> tuple[RuleRecord, ...]:
@@ -344,13 +377,17 @@ def scan_upload(job: ScanJob) -> ScanOutcome | JobError:
         for f in job.files:
             work_path = Path(f.path + ".plain")
             work.append(work_path)
-            blob, redacted = _redact_to_blob(
-                Source(name=f.name, path=Path(f.path)),
-                st.store,
-                work_path,
-                budget,
-                jobs=st.settings.scan_jobs,
-            )
+            redacted: bytes | None
+            if f.data is not None and not f.data.startswith((GZIP_MAGIC, ZSTD_MAGIC)):
+                blob, redacted = _redact_bytes(f.name, f.data, st.store, budget)
+            else:
+                blob, redacted = _redact_to_blob(
+                    Source(name=f.name, path=_spooled(f)),
+                    st.store,
+                    work_path,
+                    budget,
+                    jobs=st.settings.scan_jobs,
+                )
             pending.append(blob)
             stored.append(StoredFile(f.name, blob))
             rank = rank_from_name(f.name)
@@ -361,7 +398,7 @@ def scan_upload(job: ScanJob) -> ScanOutcome | JobError:
         config_view = None
         config_stored = None
         if job.config is not None:
-            text = _read_config(Path(job.config.path), job.config.name)
+            text = _read_config(job.config)
             config_view = ConfigView.from_text(text, name=job.config.name)
             with st.store.writer() as w:
                 w.write(text.encode("utf-8"))
@@ -476,7 +513,7 @@ class ScanPool:
 
     def is_bulk(self, job: ScanJob) -> bool:
         limit = self.settings.bulk_bytes
-        return limit > 0 and sum(Path(f.path).stat().st_size for f in job.files) >= limit
+        return limit > 0 and sum(f.size for f in job.files) >= limit
 
     async def call(self, fn: Callable[[T], R], arg: T, *, bulk: bool = False) -> R:
         pool = self._ensure(bulk)
@@ -514,10 +551,10 @@ def runner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def spool_dir_for(data_dir: Path) -> Path:
-    d = data_dir / "tmp" / f"up-{os.getpid()}-{os.urandom(6).hex()}"
-    d.mkdir(parents=True)
-    return d
+def spool_path_for(data_dir: Path) -> Path:
+    """A new request's staging directory: created by the first file written to it (a small
+    upload never is), removed with `remove_tree` either way."""
+    return data_dir / "tmp" / f"up-{os.getpid()}-{os.urandom(6).hex()}"
 
 
 def clean_stale_tmp(data_dir: Path) -> int:
@@ -581,9 +618,10 @@ def _file_record(f: StoredFile) -> FileRecord:
     return FileRecord(f.name, StoredBlob(f.blob.sha256, f.blob.size, f.blob.stored_size))
 
 
-def completion_of(analysis_id: str, outcome: ScanOutcome) -> repo.Completion:
+def completion_of(analysis_id: str, outcome: ScanOutcome, draft: repo.Draft | None = None) -> repo.Completion:
     return repo.Completion(
         analysis_id=analysis_id,
+        draft=draft,
         analysis=outcome.analysis,
         library_version=outcome.library_version,
         files=[_file_record(f) for f in outcome.files],
@@ -633,7 +671,13 @@ class Started:
 
 
 class AnalysisService:
-    """Runs analyses for the API: pending row -> scan in a worker -> blobs + rows committed together."""
+    """Runs analyses for the API: scan in a worker -> blobs + rows committed together.
+
+    A hook's upload gets no row until it is stored, done, in its write group: one transaction
+    per upload fewer (a tenth of a web process's CPU under load). Its row is inserted early,
+    as `pending`, only when someone may look before it is done: the request stops waiting
+    (`register`, before a 202) or it reserves an idempotency key (`_begin`).
+    """
 
     def __init__(self, *, settings: Settings, db: Database, store: BlobStore, pool: ScanPool) -> None:
         self.settings = settings
@@ -644,6 +688,10 @@ class AnalysisService:
         self._tasks: set[asyncio.Task[Completed]] = set()
         self._queue: deque[tuple[str, ScanOutcome, asyncio.Future[Completed]]] = deque()
         self._writer: asyncio.Task[None] | None = None
+        # analyses with no row yet; popped by whoever writes the row first (writer or register)
+        self._drafts: dict[str, repo.Draft] = {}
+        self._registering: dict[str, asyncio.Future[None]] = {}
+        self._storing: dict[str, asyncio.Future[Completed]] = {}  # drafts the writer is inserting
 
     # -- new analyses ---------------------------------------------------------------------------
 
@@ -658,6 +706,10 @@ class AnalysisService:
         idempotency_key: str | None,
         request_digest: str,
     ) -> Started:
+        if idempotency_key is None:
+            draft = repo.Draft.new(meta=meta, token_id=token_id, runner=self.runner)
+            self._drafts[draft.analysis_id] = draft
+            return self._launch(draft.analysis_id, job, spool)
         try:
             analysis_id, replayed = await asyncio.to_thread(
                 self._begin, meta, token_id, idempotency_scope, idempotency_key, request_digest
@@ -668,10 +720,44 @@ class AnalysisService:
         if replayed:
             remove_tree(spool)
             return Started(analysis_id, None, replayed=True)
+        return self._launch(analysis_id, job, spool)
+
+    def _launch(self, analysis_id: str, job: ScanJob, spool: Path) -> Started:
         task = asyncio.create_task(self._process(analysis_id, job, spool), name=f"analysis-{analysis_id}")
         self._tasks.add(task)
         task.add_done_callback(self._forget)
         return Started(analysis_id, task)
+
+    async def register(self, analysis_id: str) -> bool:
+        """Make sure the analysis has a row before its id is handed out to poll: a pending one,
+        unless the writer is storing it right now; then this waits for that and returns True
+        (the analysis' task finishes at once)."""
+        draft = self._drafts.pop(analysis_id, None)
+        if draft is None:
+            storing = self._storing.get(analysis_id)
+            if storing is not None:
+                await asyncio.wait({storing})
+            return storing is not None
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._registering[analysis_id] = done
+        try:
+            await asyncio.to_thread(self._insert_pending, draft)
+        finally:
+            del self._registering[analysis_id]
+            done.set_result(None)
+        return False
+
+    def _insert_pending(self, draft: repo.Draft) -> None:
+        with self.db.write() as s:
+            repo.insert_pending(s, draft=draft)
+
+    async def _claim(self, analysis_id: str) -> repo.Draft | None:
+        """Before an analysis' row is written: its draft when it has no row yet (the caller then
+        inserts it), else None once a concurrent `register` has committed its row."""
+        draft = self._drafts.pop(analysis_id, None)
+        if draft is None and (registering := self._registering.get(analysis_id)) is not None:
+            await registering
+        return draft
 
     def _forget(self, task: asyncio.Task[Completed]) -> None:
         self._tasks.discard(task)
@@ -683,21 +769,20 @@ class AnalysisService:
         meta: JobMeta,
         token_id: int | None,
         scope: str,
-        key: str | None,
+        key: str,
         digest: str,
     ) -> tuple[str, bool]:
         from app.errors import IdempotencyKeyReusedError
 
         with self.db.write() as s:
-            if key:
-                existing = repo.find_idempotent(s, scope=scope, key=key)
-                if existing is not None:
-                    if existing.request_digest != digest:
-                        raise IdempotencyKeyReusedError(
-                            f"Idempotency-Key {key!r} was used for a different request (analysis "
-                            f"{existing.id}); use a new key for a new upload"
-                        )
-                    return existing.id, True
+            existing = repo.find_idempotent(s, scope=scope, key=key)
+            if existing is not None:
+                if existing.request_digest != digest:
+                    raise IdempotencyKeyReusedError(
+                        f"Idempotency-Key {key!r} was used for a different request (analysis "
+                        f"{existing.id}); use a new key for a new upload"
+                    )
+                return existing.id, True
             row = repo.create_pending(
                 s,
                 meta=meta,
@@ -716,13 +801,13 @@ class AnalysisService:
                 raise result.to_exception()
             return await self._store(analysis_id, result)
         except asyncio.CancelledError:
-            await asyncio.to_thread(self._fail, analysis_id, ServiceUnavailableError("the server shut down"))
+            await self._fail(analysis_id, ServiceUnavailableError("the server shut down"))
             raise
         except BaseException as exc:
             err = unexpected(exc)
             if err is not exc:
                 log.error("analysis %s failed", analysis_id, exc_info=exc)
-            await asyncio.to_thread(self._fail, analysis_id, err)
+            await self._fail(analysis_id, err)
             raise err from None
         finally:
             remove_tree(spool)
@@ -745,7 +830,17 @@ class AnalysisService:
         while self._queue:
             batch = [self._queue.popleft() for _ in range(min(len(self._queue), WRITE_GROUP))]
             try:
-                results = await asyncio.to_thread(self._persist_batch, [(a, o) for a, o, _ in batch])
+                items: list[tuple[str, ScanOutcome, repo.Draft | None]] = []
+                for a, outcome, fut in batch:
+                    draft = await self._claim(a)
+                    if draft is not None:
+                        self._storing[a] = fut  # at once: `register` must see it has no row yet
+                    items.append((a, outcome, draft))
+                try:
+                    results = await asyncio.to_thread(self._persist_batch, items)
+                finally:
+                    for a, _, _ in batch:
+                        self._storing.pop(a, None)
             except BaseException as exc:  # shutdown, or a bug: no request may wait forever
                 left = batch + list(self._queue)
                 self._queue.clear()
@@ -765,13 +860,15 @@ class AnalysisService:
                 else:
                     fut.set_exception(res)
 
-    def _persist_batch(self, batch: list[tuple[str, ScanOutcome]]) -> list[Completed | Exception]:
+    def _persist_batch(
+        self, batch: list[tuple[str, ScanOutcome, repo.Draft | None]]
+    ) -> list[Completed | Exception]:
         """Commit the blobs, then store the group in one transaction; if that fails, store each
         on its own, so one bad upload fails alone. A failed upload's new blobs are deleted."""
         results: list[Completed | Exception | None] = [None] * len(batch)
         new: list[list[str]] = [[] for _ in batch]
         ready: list[int] = []
-        for i, (_, outcome) in enumerate(batch):
+        for i, (_, outcome, _) in enumerate(batch):
             try:
                 new[i] = commit_blobs(self.store, outcome)
                 ready.append(i)
@@ -793,6 +890,8 @@ class AnalysisService:
             except Exception as exc:
                 if len(group) == 1:
                     results[group[0]] = exc
+                else:
+                    log.warning("a write group of %d failed (%s); storing each alone", len(group), exc)
                 continue
             for i, (row, standing) in zip(group, stored, strict=True):
                 results[i] = _completed(row, standing, batch[i][1])
@@ -813,15 +912,25 @@ class AnalysisService:
             if not referenced:
                 self.store.delete(sha)
 
-    def _fail(self, analysis_id: str, err: LogtriageError) -> None:
-        try:
-            with self.db.write() as s:
-                repo.fail_analysis(s, analysis_id=analysis_id, problem=problem_of(err))
-        except Exception:
-            log.exception("cannot mark analysis %s failed", analysis_id)
+    async def _fail(self, analysis_id: str, err: LogtriageError) -> None:
+        """Store the failure on the analysis' row; one with no row yet is dropped (its request
+        is waiting and gets the error)."""
+        if await self._claim(analysis_id) is not None:
+            return
+
+        def _store() -> None:
+            try:
+                with self.db.write() as s:
+                    repo.fail_analysis(s, analysis_id=analysis_id, problem=problem_of(err))
+            except Exception:
+                log.exception("cannot mark analysis %s failed", analysis_id)
+
+        await asyncio.to_thread(_store)
 
     async def discard(self, analysis_id: str) -> None:
         """Remove an analysis whose synchronous request failed (the client got the error)."""
+        if await self._claim(analysis_id) is not None:
+            return
 
         def _delete() -> None:
             with self.db.write() as s:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -272,7 +273,7 @@ def test_failed_database_write_deletes_the_new_blob(db: Database, tmp_path: Path
     service = AnalysisService(settings=settings, db=db, store=store, pool=ScanPool(settings))
     result = result_of(analyze, OOM.format(gib="1"))
     # the analysis row does not exist: the insert fails, and the blob it created goes away
-    [failed] = service._persist_batch([(repo.new_id(), outcome_for(store, result, b"new content\n"))])
+    [failed] = service._persist_batch([(repo.new_id(), outcome_for(store, result, b"new content\n"), None)])
     assert isinstance(failed, NotFoundError)
     assert list(store.iter_blobs()) == []
     assert not list((settings.data_dir / "tmp").glob("blob-*"))
@@ -280,7 +281,7 @@ def test_failed_database_write_deletes_the_new_blob(db: Database, tmp_path: Path
     store_analysis(db, tmp_path, result, content=b"shared\n")  # same data dir: tmp_path / "data"
     before = set(store.iter_blobs())
     assert len(before) == 1
-    [failed] = service._persist_batch([(repo.new_id(), outcome_for(store, result, b"shared\n"))])
+    [failed] = service._persist_batch([(repo.new_id(), outcome_for(store, result, b"shared\n"), None)])
     assert isinstance(failed, NotFoundError)
     assert set(store.iter_blobs()) == before
 
@@ -317,7 +318,7 @@ def test_a_group_is_stored_like_its_uploads_one_by_one(
             ids.append(repo.create_pending(s, meta=repo.JobMeta(job_id=job), token_id=None, runner="t:1").id)
     contents = [b"group log\n", b"group log\n", b"another log\n"]  # the second repeats the first
     done = service._persist_batch(
-        [(aid, outcome_for(store, oom, c)) for aid, c in zip(ids, contents, strict=True)]
+        [(aid, outcome_for(store, oom, c), None) for aid, c in zip(ids, contents, strict=True)]
     )
     assert all(not isinstance(d, Exception) for d in done)
     rows = [d.row for d in done if not isinstance(d, Exception)]
@@ -346,7 +347,7 @@ def test_one_bad_upload_in_a_group_fails_alone(db: Database, tmp_path: Path, ana
         good = repo.create_pending(s, meta=repo.JobMeta(), token_id=None, runner="t:1").id
     gone = repo.new_id()  # no such pending analysis: its write fails
     done = service._persist_batch(
-        [(gone, outcome_for(store, oom, b"orphan\n")), (good, outcome_for(store, oom, b"fine\n"))]
+        [(gone, outcome_for(store, oom, b"orphan\n"), None), (good, outcome_for(store, oom, b"fine\n"), None)]
     )
     assert isinstance(done[0], NotFoundError)
     assert not isinstance(done[1], Exception) and done[1].row.status == "done"
@@ -368,7 +369,7 @@ def test_uploads_finishing_together_are_written_as_one_group(
     groups: list[int] = []
     real = service._persist_batch
 
-    def recording(batch: list[tuple[str, ScanOutcome]]) -> list[Any]:
+    def recording(batch: list[tuple[str, ScanOutcome, repo.Draft | None]]) -> list[Any]:
         groups.append(len(batch))
         return real(batch)
 
@@ -387,7 +388,7 @@ def test_uploads_finishing_together_are_written_as_one_group(
     assert [d.row.id for d in done] == ids and {d.row.status for d in done} == {"done"}
 
     # a writer that breaks fails every waiting request instead of leaving it hanging
-    def broken(batch: list[tuple[str, ScanOutcome]]) -> list[Any]:
+    def broken(batch: list[tuple[str, ScanOutcome, repo.Draft | None]]) -> list[Any]:
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(service, "_persist_batch", broken)
@@ -400,3 +401,119 @@ def test_uploads_finishing_together_are_written_as_one_group(
 
     failed = asyncio.run(asyncio.wait_for(two(), timeout=30))
     assert [type(e) for e in failed] == [RuntimeError, RuntimeError]
+
+
+def _service(db: Database, tmp_path: Path) -> tuple[AnalysisService, Any]:
+    settings = make_settings(tmp_path / "data", db.url)
+    store = blob_store_for(settings.data_dir)
+    return AnalysisService(settings=settings, db=db, store=store, pool=ScanPool(settings)), store
+
+
+def test_a_group_inserts_new_analyses_and_updates_pending_ones(
+    db: Database, tmp_path: Path, analyze: Analyze
+) -> None:
+    """A hook's upload has no row until it is stored: its row is inserted done, in the same
+    group as uploads whose pending rows exist, with the same duplicates, counters and answers."""
+    service, store = _service(db, tmp_path)
+    oom = result_of(analyze, OOM.format(gib="7"))
+    draft = repo.Draft.new(
+        meta=repo.JobMeta(job_id="d1", host="n1", labels={"team": "rl"}), token_id=None, runner="t:1"
+    )
+    with db.write() as s:
+        pending = repo.create_pending(s, meta=repo.JobMeta(job_id="p1"), token_id=None, runner="t:1").id
+    later = repo.Draft.new(meta=repo.JobMeta(job_id="d2"), token_id=None, runner="t:1")
+    done = service._persist_batch(
+        [
+            (draft.analysis_id, outcome_for(store, oom, b"same log\n"), draft),
+            (pending, outcome_for(store, oom, b"same log\n"), None),
+            (later.analysis_id, outcome_for(store, oom, b"other log\n"), later),
+        ]
+    )
+    assert all(not isinstance(d, Exception) for d in done), done
+    with db.read() as s:
+        rows = [
+            repo.get_analysis(s, analysis_id=i, full=True)
+            for i in (draft.analysis_id, pending, later.analysis_id)
+        ]
+        for d, row in zip(done, rows, strict=True):
+            assert not isinstance(d, Exception)
+            assert repo.standing_of(s, row=row, days=7, suspect_min_jobs=2) == d.standing
+    assert [r.status for r in rows] == ["done"] * 3
+    assert (rows[0].job_id, rows[0].host, rows[0].labels) == ("d1", "n1", {"team": "rl"})
+    assert rows[0].created_at.replace(tzinfo=dt.UTC) == draft.created_at
+    assert rows[0].runner is None and rows[0].finished_at is not None
+    assert [r.duplicate_of_id for r in rows] == [None, draft.analysis_id, None]
+    assert [len(r.files) for r in rows] == [1, 1, 1]
+    assert _counters(db)["jobs"] == [(rows[0].fingerprint, "d1", 1), (rows[0].fingerprint, "d2", 1)]
+
+
+def test_register_gives_a_draft_its_pending_row_first(db: Database, tmp_path: Path, analyze: Analyze) -> None:
+    service, store = _service(db, tmp_path)
+    oom = result_of(analyze, OOM.format(gib="8"))
+    draft = repo.Draft.new(meta=repo.JobMeta(job_id="r1"), token_id=None, runner="t:1")
+    service._drafts[draft.analysis_id] = draft
+
+    async def scenario() -> Any:
+        assert await service.register(draft.analysis_id) is False
+        with db.read() as s:
+            assert repo.get_analysis(s, analysis_id=draft.analysis_id).status == "pending"
+        assert await service.register(draft.analysis_id) is False  # once is enough
+        return await service._store(draft.analysis_id, outcome_for(store, oom, b"registered\n"))
+
+    done = asyncio.run(scenario())
+    assert done.row.status == "done"
+    with db.read() as s:
+        assert repo.get_analysis(s, analysis_id=draft.analysis_id).status == "done"
+
+
+def test_register_while_the_writer_inserts_waits_for_that_row(
+    db: Database, tmp_path: Path, analyze: Analyze, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service, store = _service(db, tmp_path)
+    oom = result_of(analyze, OOM.format(gib="9"))
+    draft = repo.Draft.new(meta=repo.JobMeta(job_id="w1"), token_id=None, runner="t:1")
+    service._drafts[draft.analysis_id] = draft
+    gate = threading.Event()
+    real = service._persist_batch
+
+    def held(batch: list[tuple[str, ScanOutcome, repo.Draft | None]]) -> list[Any]:
+        assert gate.wait(30)
+        return real(batch)
+
+    monkeypatch.setattr(service, "_persist_batch", held)
+
+    async def scenario() -> tuple[bool, Any]:
+        storing = asyncio.create_task(service._store(draft.analysis_id, outcome_for(store, oom, b"held\n")))
+        while draft.analysis_id not in service._storing:
+            await asyncio.sleep(0.01)
+        registering = asyncio.create_task(service.register(draft.analysis_id))
+        await asyncio.sleep(0.05)
+        assert not registering.done()  # no pending row of its own: it waits for the writer's
+        gate.set()
+        return await registering, await storing
+
+    waited, done = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+    assert waited is True and done.row.status == "done"
+    with db.read() as s:
+        assert repo.get_analysis(s, analysis_id=draft.analysis_id).status == "done"
+
+
+def test_a_failed_draft_leaves_no_row_and_a_registered_one_is_marked_failed(
+    db: Database, tmp_path: Path
+) -> None:
+    service, _ = _service(db, tmp_path)
+    drafts = [repo.Draft.new(meta=repo.JobMeta(), token_id=None, runner="t:1") for _ in range(2)]
+    for d in drafts:
+        service._drafts[d.analysis_id] = d
+
+    async def scenario() -> None:
+        await service.register(drafts[1].analysis_id)
+        for d in drafts:
+            await service._fail(d.analysis_id, UsageError("bad upload"))
+
+    asyncio.run(scenario())
+    with db.read() as s:
+        with pytest.raises(NotFoundError):
+            repo.get_analysis(s, analysis_id=drafts[0].analysis_id)
+        failed = repo.get_analysis(s, analysis_id=drafts[1].analysis_id)
+    assert failed.status == "failed" and failed.error is not None and failed.error["detail"] == "bad upload"

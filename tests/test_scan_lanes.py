@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import os
 from pathlib import Path
 
@@ -74,3 +75,47 @@ def test_small_uploads_scanned_from_memory_match_the_file_scan(
         results.append(out.analysis)
     assert results[0] == results[1]
     assert not list(tmp_path.glob("*.plain"))  # no work file left behind either way
+
+
+def _analysis(out: object) -> dict[str, object]:
+    assert isinstance(out, ScanOutcome)
+    for f in out.files:
+        pipeline._state().store.discard(f.blob)
+    for key in ("scan_seconds", "mb_per_s"):
+        out.analysis["stats"].pop(key, None)
+    return out.analysis
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.log"))[:6])
+@pytest.mark.parametrize("compression", ["", "gzip"])
+def test_uploads_passed_in_memory_match_spooled_ones(tmp_path: Path, name: str, compression: str) -> None:
+    """A small upload reaches the scan worker as bytes (no spool file); a compressed one is
+    written out by the worker. Either way the result is the spooled upload's."""
+    pipeline.init_local(make_settings(tmp_path / "data", None))
+    raw = (CORPUS / name).read_bytes()
+    body = gzip.compress(raw) if compression else raw
+    spooled = tmp_path / "spooled" / name
+    spooled.parent.mkdir()
+    spooled.write_bytes(body)
+    from_file = _analysis(scan_upload(ScanJob(files=(InputFile(name, str(spooled)),))))
+    never_written = tmp_path / "memory" / name
+    from_memory = _analysis(scan_upload(ScanJob(files=(InputFile(name, str(never_written), data=body),))))
+    assert from_memory == from_file
+    # the plain one never touches the disk; the compressed one only under its own spool path
+    assert never_written.exists() is bool(compression)
+    assert not list(tmp_path.rglob("*.plain"))
+
+
+def test_in_memory_uploads_get_the_same_input_errors(tmp_path: Path) -> None:
+    pipeline.init_local(make_settings(tmp_path / "data", None))
+    for data, message in ((b"", "the log is empty"), (bytes(range(32)) * 100, "binary content")):
+        out = scan_upload(ScanJob(files=(InputFile("x.log", str(tmp_path / "x.log"), data=data),)))
+        assert isinstance(out, pipeline.JobError) and message in out.detail
+    big = pipeline.MAX_CONFIG_BYTES + 1
+    job = ScanJob(
+        files=(InputFile("x.log", str(tmp_path / "x.log"), data=training_log(ECC).encode()),),
+        config=InputFile("c.yaml", str(tmp_path / "c.yaml"), data=b"a: 1\n" * (big // 5 + 1)),
+    )
+    out = scan_upload(job)
+    assert isinstance(out, pipeline.JobError) and "config file over" in out.detail
+    assert list((tmp_path / "data").rglob("*.zst*")) == []  # nothing pending is left behind

@@ -35,6 +35,7 @@ from app.errors import (
 from app.pipeline import InputFile
 
 FLUSH_BYTES = 1 << 20
+MEMORY_BYTES = FLUSH_BYTES  # a request body up to this size is passed on in memory
 RAW_TYPES = {
     "",
     "text/plain",
@@ -83,7 +84,13 @@ class _Budget:
 
 
 class _Sink:
-    """One spool file: buffered in memory up to 1 MiB, written and hashed in a thread."""
+    """One uploaded file: buffered in memory up to 1 MiB, then written and hashed in a thread.
+
+    A body that stays small is never written here at all: it goes to the scan worker in memory
+    (`close(in_memory=True)`), which saves a hook's upload a directory, a file, three thread
+    hops and the removal (~1 ms of a web process's CPU). The spool directory is created by the
+    first sink that writes.
+    """
 
     def __init__(self, path: Path, *, name: str, limit: int = 0) -> None:
         self.path = path
@@ -91,6 +98,7 @@ class _Sink:
         self.limit = limit
         self.size = 0
         self.head = b""
+        self.data: bytes | None = None  # the whole file, when it stayed in memory
         self._buf = bytearray()
         self._hash = hashlib.sha256()
         self._fh: IO[bytes] | None = None
@@ -109,6 +117,7 @@ class _Sink:
 
     def _write(self, data: bytes) -> None:
         if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = self.path.open("wb")
         self._fh.write(data)
         self._hash.update(data)
@@ -119,16 +128,26 @@ class _Sink:
             self._buf.clear()
             await asyncio.to_thread(self._write, data)
 
-    async def close(self) -> str:
+    async def close(self, *, in_memory: bool = False) -> str:
+        """Finish the file; returns its sha256. `in_memory`: keep it in `data` if nothing was
+        written yet (the caller decides what the request may hold in memory)."""
+        if in_memory and self._fh is None:
+            self.data = bytes(self._buf)
+            self._buf.clear()
+            return hashlib.sha256(self.data).hexdigest()
         await self.flush(force=True)
 
         def _close() -> None:
             if self._fh is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fh = self.path.open("wb")
             self._fh.close()
 
         await asyncio.to_thread(_close)
         return self._hash.hexdigest()
+
+    def input_file(self) -> InputFile:
+        return InputFile(self.name, str(self.path), data=self.data)
 
     def abort(self) -> None:
         if self._fh is not None:
@@ -204,7 +223,7 @@ async def _receive_raw(
             budget.take(len(chunk))
             sink.feed(chunk)
             await sink.flush()
-        sha = await sink.close()
+        sha = await sink.close(in_memory=sink.size <= MEMORY_BYTES)
     except BaseException:
         sink.abort()
         raise
@@ -215,7 +234,7 @@ async def _receive_raw(
     if encoding == "zstd" and not sink.head.startswith(ZSTD_MAGIC):
         raise InputError("Content-Encoding says zstd but the body is not zstd data")
     up = Upload(total_bytes=sink.size)
-    up.files.append(InputFile(display, str(sink.path)))
+    up.files.append(sink.input_file())
     up.parts.append(("log", display, sha))
     return up
 
@@ -363,17 +382,18 @@ async def _receive_multipart(
                 raise st.error
             for _kind, sink in st.sinks:
                 if sink.pending:
-                    await sink.flush(force=sink is not st.sink)
+                    # a finished part waits in memory while the request may still stay there
+                    await sink.flush(force=sink is not st.sink and budget.used > MEMORY_BYTES)
         if not st.ended:
             raise InputError("truncated multipart body (no closing boundary)")
         up = Upload(fields=st.fields)
         for kind, sink in st.sinks:
-            sha = await sink.close()
+            sha = await sink.close(in_memory=budget.used <= MEMORY_BYTES)
             if kind == "log":
-                up.files.append(InputFile(sink.name, str(sink.path)))
+                up.files.append(sink.input_file())
                 up.total_bytes += sink.size
             else:
-                up.config = InputFile(sink.name, str(sink.path))
+                up.config = sink.input_file()
             up.parts.append((kind, sink.name, sha))
     except BaseException:
         for _k, sink in st.sinks:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Select, and_, delete, exists, func, insert, or_, select, tuple_, update
+from sqlalchemy import Select, and_, delete, exists, func, insert, or_, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
@@ -74,10 +74,11 @@ def _insert_ignore(session: Session, model: Any, rows: list[dict[str, Any]]) -> 
     if not rows:
         return
     dialect = session.get_bind().dialect.name
+    # executemany, not .values(rows): a statement holding its rows compiles anew every time
     if dialect == "postgresql":
-        session.execute(postgresql.insert(model).values(rows).on_conflict_do_nothing())
+        session.execute(postgresql.insert(model).on_conflict_do_nothing(), rows)
     elif dialect == "sqlite":
-        session.execute(sqlite.insert(model).values(rows).on_conflict_do_nothing())
+        session.execute(sqlite.insert(model).on_conflict_do_nothing(), rows)
     else:  # pragma: no cover - other backends: one at a time with a savepoint
         for row in rows:
             try:
@@ -108,6 +109,59 @@ def find_idempotent(session: Session, *, scope: str, key: str) -> Analysis | Non
     )
 
 
+@dataclass(frozen=True)
+class Draft:
+    """A new analysis that has no row yet: what its row will say about the request.
+
+    The server writes a hook's analysis in one transaction when it finishes, unless the request
+    stops waiting for it (202) or reserves an idempotency key: those insert the pending row
+    first (`insert_pending`)."""
+
+    analysis_id: str
+    created_at: dt.datetime
+    meta: JobMeta
+    token_id: int | None
+    runner: str | None
+
+    @classmethod
+    def new(cls, *, meta: JobMeta, token_id: int | None, runner: str | None) -> Draft:
+        now = utcnow()
+        return cls(new_id(now), now, meta, token_id, runner)
+
+
+def _pending_row(
+    draft: Draft,
+    *,
+    idempotency_scope: str | None = None,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
+) -> Analysis:
+    meta = draft.meta
+    return Analysis(
+        id=draft.analysis_id,
+        created_at=draft.created_at,
+        status="pending",
+        source=meta.source,
+        job_id=meta.job_id,
+        framework=meta.framework,
+        exit_code=meta.exit_code,
+        host=meta.host,
+        labels=dict(meta.labels),
+        token_id=draft.token_id,
+        idempotency_scope=idempotency_scope if idempotency_key else None,
+        idempotency_key=idempotency_key,
+        request_digest=request_digest,
+        runner=draft.runner,
+    )
+
+
+def insert_pending(session: Session, *, draft: Draft) -> Analysis:
+    row = _pending_row(draft)
+    session.add(row)
+    session.flush()
+    return row
+
+
 def create_pending(
     session: Session,
     *,
@@ -118,22 +172,11 @@ def create_pending(
     idempotency_key: str | None = None,
     request_digest: str | None = None,
 ) -> Analysis:
-    now = utcnow()
-    row = Analysis(
-        id=new_id(now),
-        created_at=now,
-        status="pending",
-        source=meta.source,
-        job_id=meta.job_id,
-        framework=meta.framework,
-        exit_code=meta.exit_code,
-        host=meta.host,
-        labels=dict(meta.labels),
-        token_id=token_id,
-        idempotency_scope=idempotency_scope if idempotency_key else None,
+    row = _pending_row(
+        Draft.new(meta=meta, token_id=token_id, runner=runner),
+        idempotency_scope=idempotency_scope,
         idempotency_key=idempotency_key,
         request_digest=request_digest,
-        runner=runner,
     )
     session.add(row)
     try:
@@ -297,6 +340,9 @@ def _insert_findings(
     if not finding_rows:
         return
     table = table_of(Finding)
+    if session.get_bind().dialect.name == "postgresql":
+        _copy_findings(session, finding_rows, owners)
+        return
     ids = session.scalars(
         insert(table).returning(table.c.id, sort_by_parameter_order=True), finding_rows
     ).all()
@@ -309,6 +355,46 @@ def _insert_findings(
         session.execute(insert(table_of(FindingHost)), host_rows)
 
 
+_FINDING_COLUMNS = (
+    "analysis_id",
+    "position",
+    "rule_version_id",
+    "rule_id",
+    "rule_version",
+    "failure_class",
+    "kind",
+    "severity",
+    "role",
+    "confidence",
+    "count",
+    "fingerprint",
+)
+
+
+def _copy_findings(
+    session: Session, rows: list[dict[str, Any]], owners: list[tuple[Analysis, dict[str, Any]]]
+) -> None:
+    """PostgreSQL: ids from the sequence, then COPY. A multi-row INSERT ... RETURNING of a write
+    group is a new statement text for every group size, which psycopg parses in Python each
+    time: 13 ms of a web process's CPU for 180 findings, against 1.6 ms this way."""
+    ids = session.scalars(
+        text(
+            "SELECT nextval(seq) FROM (SELECT pg_get_serial_sequence('findings', 'id') AS seq) s, "
+            "generate_series(1, :n)"
+        ),
+        {"n": len(rows)},
+    ).all()
+    cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
+    with cursor.copy(f"COPY findings (id, {', '.join(_FINDING_COLUMNS)}) FROM STDIN") as copy:
+        for fid, row in zip(ids, rows, strict=True):
+            copy.write_row((fid, *(row[c] for c in _FINDING_COLUMNS)))
+    hosts = [(fid, h) for fid, (row, f) in zip(ids, owners, strict=True) for h in _finding_hosts(row, f)]
+    if hosts:
+        with cursor.copy("COPY finding_hosts (finding_id, host) FROM STDIN") as copy:
+            for item in hosts:
+                copy.write_row(item)
+
+
 @dataclass(frozen=True)
 class Completion:
     """A finished scan to store on its pending analysis."""
@@ -319,6 +405,7 @@ class Completion:
     files: Sequence[FileRecord]
     config: FileRecord | None
     rules: Sequence[RuleRecord]
+    draft: Draft | None = None  # set when the analysis has no row yet: it is inserted, done
 
 
 def complete_analyses(
@@ -331,22 +418,40 @@ def complete_analyses(
     """Store finished analyses together (the server groups the uploads that finish while it
     writes: one statement per table for the group instead of one set per upload). Each comes
     back with its standing; analyses of one group count as stored at the same moment."""
-    ids = [c.analysis_id for c in items]
-    rows = {r.id: r for r in session.scalars(select(Analysis).where(Analysis.id.in_(ids)))}
-    for aid in ids:
-        if aid not in rows:
-            raise NotFoundError(f"analysis {aid} vanished while it was running")
+    stored = [c.analysis_id for c in items if c.draft is None]
+    rows: dict[str, Analysis] = {}
+    if stored:
+        rows = {r.id: r for r in session.scalars(select(Analysis).where(Analysis.id.in_(stored)))}
+    for c in items:
+        if c.draft is not None:
+            rows[c.analysis_id] = _pending_row(c.draft)
+            session.add(rows[c.analysis_id])
+        elif c.analysis_id not in rows:
+            raise NotFoundError(f"analysis {c.analysis_id} vanished while it was running")
     pairs = [(rows[c.analysis_id], c) for c in items]
-    # no autoflush: each row's changes go out in the one UPDATE at the end, not one per query
+    # no autoflush: each row goes out in the one INSERT or UPDATE below, not one per query;
+    # the rows referencing the analyses follow it
     with session.no_autoflush:
-        _store_files(session, pairs)
-        _store_results(session, pairs)
+        _insert_blobs(session, pairs)
+        duplicates = _describe_files(session, pairs)
+        finished = utcnow()
+        for row, c in pairs:
+            _set_result(row, c.analysis, c.library_version)
+            row.status = "done"
+            row.finished_at = finished
+            row.runner = None
+    session.flush()
+    for row, first in duplicates:
+        row.duplicate_of_id = first
+    if duplicates:
+        session.flush()
+    _insert_file_rows(session, pairs)
+    _insert_results(session, pairs)
     pending = [
         x
         for x in (rollup.contribution_of(row, hosts=_root_hosts(row, c.analysis)) for row, c in pairs)
         if x is not None
     ]
-    session.flush()
     standings = _standings(
         session, pairs, pending=pending, days=recurrence_days, suspect_min_jobs=suspect_min_jobs
     )
@@ -357,8 +462,7 @@ def complete_analyses(
     return [(row, standing) for (row, _), standing in zip(pairs, standings, strict=True)]
 
 
-def _store_files(session: Session, pairs: Sequence[tuple[Analysis, Completion]]) -> None:
-    """Blobs, file rows, and which analyses repeat a log stored before (duplicates)."""
+def _insert_blobs(session: Session, pairs: Sequence[tuple[Analysis, Completion]]) -> None:
     now = utcnow()
     blobs = {
         b.sha256: b
@@ -373,6 +477,43 @@ def _store_files(session: Session, pairs: Sequence[tuple[Analysis, Completion]])
             for b in sorted(blobs.values(), key=lambda b: b.sha256)
         ],
     )
+
+
+def _describe_files(
+    session: Session, pairs: Sequence[tuple[Analysis, Completion]]
+) -> list[tuple[Analysis, str]]:
+    """Each row's log digest, size and config, and which repeat a log stored before (duplicates).
+    Returns the duplicate links to set after the rows are flushed."""
+    digests = [log_digest([f.blob.sha256 for f in c.files]) for _, c in pairs]
+    earlier = session.execute(
+        select(Analysis.log_digest, func.min(Analysis.id))
+        .where(
+            Analysis.log_digest.in_(sorted(set(digests))),
+            Analysis.id.not_in([row.id for row, _ in pairs]),
+            Analysis.duplicate_of_id.is_(None),
+        )
+        .group_by(Analysis.log_digest)
+    )
+    first_of = {str(d): str(first) for d, first in earlier}
+    inserted = {row.id for row, c in pairs if c.draft is not None}
+    later: list[tuple[Analysis, str]] = []
+    for (row, c), digest in zip(pairs, digests, strict=True):
+        row.log_digest = digest
+        row.log_bytes = sum(f.blob.size for f in c.files)
+        if c.config:
+            row.config_name = c.config.name[:255]
+            row.config_sha256 = c.config.blob.sha256
+        # the same log earlier in this group counts as stored before
+        first = first_of.setdefault(digest, row.id)
+        if first != row.id and first in inserted and c.draft is None:
+            # one flush UPDATEs before it INSERTs: the row it points to would not exist yet
+            later.append((row, first))
+        else:
+            row.duplicate_of_id = first if first != row.id else None
+    return later
+
+
+def _insert_file_rows(session: Session, pairs: Sequence[tuple[Analysis, Completion]]) -> None:
     file_rows = [
         {
             "analysis_id": row.id,
@@ -386,43 +527,16 @@ def _store_files(session: Session, pairs: Sequence[tuple[Analysis, Completion]])
     ]
     if file_rows:
         session.execute(insert(table_of(AnalysisFile)), file_rows)
-    digests = [log_digest([f.blob.sha256 for f in c.files]) for _, c in pairs]
-    earlier = session.execute(
-        select(Analysis.log_digest, func.min(Analysis.id))
-        .where(
-            Analysis.log_digest.in_(sorted(set(digests))),
-            Analysis.id.not_in([row.id for row, _ in pairs]),
-            Analysis.duplicate_of_id.is_(None),
-        )
-        .group_by(Analysis.log_digest)
-    )
-    first_of = {str(d): str(first) for d, first in earlier}
-    for (row, c), digest in zip(pairs, digests, strict=True):
-        row.log_digest = digest
-        row.log_bytes = sum(f.blob.size for f in c.files)
-        if c.config:
-            row.config_name = c.config.name[:255]
-            row.config_sha256 = c.config.blob.sha256
-        # the same log earlier in this group counts as stored before
-        first = first_of.setdefault(digest, row.id)
-        row.duplicate_of_id = first if first != row.id else None
 
 
-def _store_results(session: Session, pairs: Sequence[tuple[Analysis, Completion]]) -> None:
-    """Each analysis' result, findings and hosts; the rows become `done`."""
-    for row, c in pairs:
-        _set_result(row, c.analysis, c.library_version)
+def _insert_results(session: Session, pairs: Sequence[tuple[Analysis, Completion]]) -> None:
+    """The findings and their hosts (the rows already hold their results)."""
     for version in sorted({c.library_version for _, c in pairs}):
         group = [(row, c) for row, c in pairs if c.library_version == version]
         rule_ids = _rule_version_ids(
             session, rules=[r for _, c in group for r in c.rules], library_version=version
         )
         _insert_findings(session, [(row, c.analysis) for row, c in group], rule_ids)
-    finished = utcnow()
-    for row, _ in pairs:
-        row.status = "done"
-        row.finished_at = finished
-        row.runner = None
 
 
 def _standings(

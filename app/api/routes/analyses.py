@@ -35,7 +35,7 @@ from app.errors import (
     RangeNotSatisfiableError,
     ValidationFailedError,
 )
-from app.pipeline import ScanJob, remove_tree, spool_dir_for
+from app.pipeline import ScanJob, remove_tree, spool_path_for
 from app.render.markdown import render_markdown
 
 router = APIRouter(prefix="/api/v1", tags=["analyses"])
@@ -140,7 +140,7 @@ async def create_analysis(
     with `Location` to poll. The same `Idempotency-Key` (per token) returns the first analysis.
     """
     settings = ctx.settings
-    spool = await asyncio.to_thread(spool_dir_for, settings.data_dir)
+    spool = spool_path_for(settings.data_dir)
     try:
         upload = await receive(request, spool=spool, limit=settings.max_upload_bytes, raw_name=filename)
         fields = upload.fields
@@ -188,6 +188,9 @@ async def create_analysis(
     if task is not None:
         if wait > 0 and not task.done():
             await asyncio.wait({task}, timeout=wait)
+        # answering 202: the analysis needs a row to poll (a finished one has one already)
+        if not task.done() and await ctx.service.register(started.analysis_id):
+            await asyncio.wait({task})
         if task.done():
             exc = None if task.cancelled() else task.exception()
             if task.cancelled() or exc is not None:
