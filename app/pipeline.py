@@ -362,7 +362,10 @@ def _rule_texts(compiled: CompiledLibrary, analysis: dict[str, Any]) -> tuple[Ru
 
 
 def _options(st: _WorkerState, framework: str | None, exit_code: int | None) -> TriageOptions:
-    return TriageOptions(jobs=st.settings.scan_jobs, max_bytes=0, framework=framework, exit_code=exit_code)
+    # every log a worker scans is redacted: an upload by `_redact_to_blob`, a stored one was
+    return TriageOptions(
+        jobs=st.settings.scan_jobs, max_bytes=0, framework=framework, exit_code=exit_code, input_redacted=True
+    )
 
 
 def scan_upload(job: ScanJob) -> ScanOutcome | JobError:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import io
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from app import pipeline
+from app.engine.ingest import Source
+from app.engine.redact import redact_stream
+from app.engine.triage import TriageOptions, triage
 from app.pipeline import BULK_NICE, InputFile, ScanJob, ScanOutcome, ScanPool, scan_upload
 from tests.servicekit import ECC, make_settings, training_log
 
@@ -119,3 +124,36 @@ def test_in_memory_uploads_get_the_same_input_errors(tmp_path: Path) -> None:
     out = scan_upload(job)
     assert isinstance(out, pipeline.JobError) and "config file over" in out.detail
     assert list((tmp_path / "data").rglob("*.zst*")) == []  # nothing pending is left behind
+
+
+SECRET_TAIL = (
+    b" api_key=sk-abcdefghijklmnopqrstuvwxyz0123456789ABCD \x1b[1mhf_abcdefghijklmnopqrstuvwxyzABCDEF\x1b[0m"
+    b" https://user:hunter2pass@example.com/x"
+)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.log"))[:10])
+def test_redacted_input_needs_no_second_redaction(tmp_path: Path, name: str) -> None:
+    """Workers triage with `input_redacted`: evidence and captures of a log that went through
+    `redact_stream` are not redacted again. That pass would change nothing (checked here, with
+    secrets planted on every line that may become evidence)."""
+    pipeline.init_local(make_settings(tmp_path / "data", None))
+    raw = re.sub(
+        rb"(?m)^(.*(?:rror|NCCL|Xid|exception|failed).*)$", rb"\1" + SECRET_TAIL, (CORPUS / name).read_bytes()
+    )
+    redacted = b"".join(redact_stream(io.BytesIO(raw)))
+    assert b"hunter2pass" not in redacted and b"hf_abc" not in redacted
+    compiled = pipeline._state().compiled
+    results = []
+    for skip in (False, True):
+        out = triage(
+            sources=[Source(name=name, stream=io.BytesIO(redacted))],
+            compiled=compiled,
+            options=TriageOptions(jobs=1, input_redacted=skip),
+        ).model_dump(mode="json")
+        for key in ("scan_seconds", "mb_per_s"):
+            out["stats"].pop(key, None)
+        results.append(out)
+    assert results[0] == results[1]
+    evidence = [e["text"] for f in results[0]["findings"] for e in f["evidence"]]
+    assert any("[REDACTED" in t for t in evidence), "no planted secret reached the evidence"
