@@ -155,15 +155,15 @@ def upload(port: int, path: Path, result: dict[str, object]) -> None:
         body = resp.read()
     result.update(status=resp.status, seconds=time.perf_counter() - t, bytes=size)
     location = resp.getheader("Location")
-    while resp.status == 202 and location:
+    pending = resp.status == 202
+    while pending and location:
         # still being analysed after the server's sync wait: poll, as `logtriage submit` does
         time.sleep(1)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         conn.request("GET", location.split(f":{port}", 1)[-1])
         resp = conn.getresponse()
         body = resp.read()
-        if resp.status != 200 or json.loads(body).get("status") != "pending":
-            break
+        pending = resp.status == 200 and json.loads(body).get("status") == "pending"
     result["done_seconds"] = time.perf_counter() - t
     try:
         result["root_cause"] = (json.loads(body).get("root_cause") or {}).get("rule_id")
