@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import time
 import uuid
@@ -13,6 +14,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from app.db import repo
+from app.db.session import Database
 from tests.servicekit import (
     OOM,
     LiveServer,
@@ -225,5 +228,16 @@ def test_token_lookups_are_reused_for_the_cache_ttl(tmp_path: Path, fresh_db_url
         # an unknown secret is refused, and so is it on the next request (remembered as unknown)
         for _ in range(2):
             assert c.get(API, headers=bearer("lt_" + "x" * 43)).status_code == 401
+        # expiry is not cached: a token expiring in a second stops working then
+        db = Database(srv.settings.effective_database_url)
+        try:
+            with db.write() as s:
+                expiry = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
+                _row, short = repo.create_token(s, name=uname("short"), scopes=["read"], expires_at=expiry)
+        finally:
+            db.dispose()
+        assert c.get(API, headers=bearer(short)).status_code == 200
+        time.sleep(max(0.0, (expiry - dt.datetime.now(dt.UTC)).total_seconds()) + 0.1)
+        assert c.get(API, headers=bearer(short)).status_code == 401
     with live_server(settings.model_copy(update={"auth_cache_seconds": 0})) as srv, srv.client() as c:
         assert c.get(API, headers=bearer(token)).status_code == 401
