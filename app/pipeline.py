@@ -745,6 +745,9 @@ class AnalysisService:
         self._registering[analysis_id] = done
         try:
             await asyncio.to_thread(self._insert_pending, draft)
+        except BaseException:
+            self._drafts[analysis_id] = draft  # no row after all: the writer inserts it
+            raise
         finally:
             del self._registering[analysis_id]
             done.set_result(None)

@@ -517,3 +517,27 @@ def test_a_failed_draft_leaves_no_row_and_a_registered_one_is_marked_failed(
             repo.get_analysis(s, analysis_id=drafts[0].analysis_id)
         failed = repo.get_analysis(s, analysis_id=drafts[1].analysis_id)
     assert failed.status == "failed" and failed.error is not None and failed.error["detail"] == "bad upload"
+
+
+def test_a_failed_register_leaves_the_row_to_the_writer(
+    db: Database, tmp_path: Path, analyze: Analyze, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service, store = _service(db, tmp_path)
+    oom = result_of(analyze, OOM.format(gib="10"))
+    draft = repo.Draft.new(meta=repo.JobMeta(job_id="f1"), token_id=None, runner="t:1")
+    service._drafts[draft.analysis_id] = draft
+
+    def down(_draft: repo.Draft) -> None:
+        raise OSError("database unreachable")
+
+    monkeypatch.setattr(service, "_insert_pending", down)
+
+    async def scenario() -> Any:
+        with pytest.raises(OSError):
+            await service.register(draft.analysis_id)
+        return await service._store(draft.analysis_id, outcome_for(store, oom, b"after a failed register\n"))
+
+    done = asyncio.run(scenario())
+    assert done.row.status == "done"
+    with db.read() as s:
+        assert repo.get_analysis(s, analysis_id=draft.analysis_id).job_id == "f1"
