@@ -115,11 +115,14 @@ class _Sink:
     def pending(self) -> int:
         return len(self._buf)
 
-    def _write(self, data: bytes) -> None:
+    def _file(self) -> IO[bytes]:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = self.path.open("wb")
-        self._fh.write(data)
+        return self._fh
+
+    def _write(self, data: bytes) -> None:
+        self._file().write(data)
         self._hash.update(data)
 
     async def flush(self, *, force: bool = False) -> None:
@@ -137,13 +140,7 @@ class _Sink:
             return hashlib.sha256(self.data).hexdigest()
         await self.flush(force=True)
 
-        def _close() -> None:
-            if self._fh is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._fh = self.path.open("wb")
-            self._fh.close()
-
-        await asyncio.to_thread(_close)
+        await asyncio.to_thread(lambda: self._file().close())
         return self._hash.hexdigest()
 
     def input_file(self) -> InputFile:

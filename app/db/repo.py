@@ -155,10 +155,27 @@ def _pending_row(
     )
 
 
-def insert_pending(session: Session, *, draft: Draft) -> Analysis:
-    row = _pending_row(draft)
+def insert_pending(
+    session: Session,
+    *,
+    draft: Draft,
+    idempotency_scope: str | None = None,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
+) -> Analysis:
+    row = _pending_row(
+        draft,
+        idempotency_scope=idempotency_scope,
+        idempotency_key=idempotency_key,
+        request_digest=request_digest,
+    )
     session.add(row)
-    session.flush()
+    try:
+        session.flush()
+    except IntegrityError:
+        raise ConflictError(
+            "a request with this Idempotency-Key is being processed right now; retry in a moment"
+        ) from None
     return row
 
 
@@ -172,20 +189,13 @@ def create_pending(
     idempotency_key: str | None = None,
     request_digest: str | None = None,
 ) -> Analysis:
-    row = _pending_row(
-        Draft.new(meta=meta, token_id=token_id, runner=runner),
+    return insert_pending(
+        session,
+        draft=Draft.new(meta=meta, token_id=token_id, runner=runner),
         idempotency_scope=idempotency_scope,
         idempotency_key=idempotency_key,
         request_digest=request_digest,
     )
-    session.add(row)
-    try:
-        session.flush()
-    except IntegrityError:
-        raise ConflictError(
-            "a request with this Idempotency-Key is being processed right now; retry in a moment"
-        ) from None
-    return row
 
 
 def get_analysis(session: Session, *, analysis_id: str, full: bool = False) -> Analysis:
@@ -355,22 +365,6 @@ def _insert_findings(
         session.execute(insert(table_of(FindingHost)), host_rows)
 
 
-_FINDING_COLUMNS = (
-    "analysis_id",
-    "position",
-    "rule_version_id",
-    "rule_id",
-    "rule_version",
-    "failure_class",
-    "kind",
-    "severity",
-    "role",
-    "confidence",
-    "count",
-    "fingerprint",
-)
-
-
 def _copy_findings(
     session: Session, rows: list[dict[str, Any]], owners: list[tuple[Analysis, dict[str, Any]]]
 ) -> None:
@@ -379,18 +373,20 @@ def _copy_findings(
     time: 13 ms of a web process's CPU for 180 findings, against 1.6 ms this way."""
     ids = session.scalars(
         text(
-            "SELECT nextval(seq) FROM (SELECT pg_get_serial_sequence('findings', 'id') AS seq) s, "
+            "SELECT nextval(seq) FROM "
+            f"(SELECT pg_get_serial_sequence('{Finding.__tablename__}', 'id') AS seq) s, "
             "generate_series(1, :n)"
         ),
         {"n": len(rows)},
     ).all()
+    columns = list(rows[0])  # every row is built with the same keys, in the same order
     cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
-    with cursor.copy(f"COPY findings (id, {', '.join(_FINDING_COLUMNS)}) FROM STDIN") as copy:
+    with cursor.copy(f"COPY {Finding.__tablename__} (id, {', '.join(columns)}) FROM STDIN") as copy:
         for fid, row in zip(ids, rows, strict=True):
-            copy.write_row((fid, *(row[c] for c in _FINDING_COLUMNS)))
+            copy.write_row((fid, *row.values()))
     hosts = [(fid, h) for fid, (row, f) in zip(ids, owners, strict=True) for h in _finding_hosts(row, f)]
     if hosts:
-        with cursor.copy("COPY finding_hosts (finding_id, host) FROM STDIN") as copy:
+        with cursor.copy(f"COPY {FindingHost.__tablename__} (finding_id, host) FROM STDIN") as copy:
             for item in hosts:
                 copy.write_row(item)
 
