@@ -65,6 +65,13 @@ class Settings(BaseSettings):
         ge=1,
         description="Scan processes per server process (analyses run concurrently, off the event loop).",
     )
+    inline_bytes: int = Field(
+        default=1 << 20,
+        ge=0,
+        description="Plain-text uploads of at most this many bytes (and at most the 1 MiB a request "
+        "holds in memory) are analysed in the server process itself, without the hand-off to a scan "
+        "process (0 = every upload goes to a scan process).",
+    )
     bulk_bytes: int = Field(
         default=32 << 20,
         ge=0,

@@ -210,3 +210,39 @@ def test_check_writable_leaves_no_probe(backend: Backend) -> None:
     backend.store.check_writable()
     assert backend.keys() == []
     assert list(backend.store.tmp_dir.iterdir()) == []
+
+
+def test_directory_commit_makes_the_content_durable_before_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staging does not wait for the disk (a scan on the event loop must not); commit does, in
+    the order a crash cannot break: content, then the name, then the directory holding it."""
+    from app.blobstore.directory import blob_store_for
+
+    store = blob_store_for(tmp_path)
+    calls: list[tuple[str, str]] = []
+    real_fsync, real_link = os.fsync, os.link
+
+    def fsync(fd: int) -> None:
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def link(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        calls.append(("link", str(dst)))
+        real_link(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "link", link)
+    with store.writer() as w:
+        w.write(b"step 1 loss 2.0\n")
+        pending = w.finish()
+    assert calls == []
+    assert store.commit(pending) is True
+    final = store.path_of(pending.sha256)
+    assert calls == [("fsync", pending.tmp_path), ("link", str(final)), ("fsync", str(final.parent))]
+    calls.clear()
+    with store.writer() as w:
+        w.write(b"step 1 loss 2.0\n")
+        again = w.finish()
+    assert store.commit(again) is False  # already there: its copy is dropped
+    assert not Path(again.tmp_path).exists()

@@ -16,6 +16,7 @@ from app.engine.ingest import Source
 from app.engine.redact import redact_stream
 from app.engine.triage import TriageOptions, triage
 from app.pipeline import BULK_NICE, InputFile, ScanJob, ScanOutcome, ScanPool, scan_upload
+from app.settings import Settings
 from tests.servicekit import ECC, make_settings, training_log
 
 
@@ -157,3 +158,75 @@ def test_redacted_input_needs_no_second_redaction(tmp_path: Path, name: str) -> 
     assert results[0] == results[1]
     evidence = [e["text"] for f in results[0]["findings"] for e in f["evidence"]]
     assert any("[REDACTED" in t for t in evidence), "no planted secret reached the evidence"
+
+
+def _inline_settings(tmp_path: Path, limit: int) -> Settings:
+    return make_settings(tmp_path / "data", None, inline_bytes=limit)
+
+
+def test_small_plain_uploads_are_analysed_in_the_server_process(tmp_path: Path) -> None:
+    settings = _inline_settings(tmp_path, 64 << 10)
+    pool = ScanPool(settings)
+    text = training_log(ECC.format(ip="10.1.2.3")).encode()
+
+    def in_memory(data: bytes) -> ScanJob:
+        return ScanJob(files=(InputFile("x.log", str(tmp_path / "never-written.log"), data=data),))
+
+    small = in_memory(text)
+
+    async def refuse(*_: object, **__: object) -> object:
+        raise AssertionError("handed to a scan process")
+
+    async def run() -> tuple[bool, dict[str, bool], object, object]:
+        try:
+            before = pool.is_inline(small)  # nothing compiled in this process before warm-up
+            await pool.warmup()
+            lanes = {
+                "small": pool.is_inline(small),
+                "gzip": pool.is_inline(in_memory(gzip.compress(text))),
+                "spooled": pool.is_inline(_job(tmp_path, "spooled.log", 8 << 10)),
+                "over the limit": pool.is_inline(in_memory(text + b"step\n" * (13 << 10))),
+            }
+            via_process = await pool.scan(in_memory(text + b"x\n" * (64 << 10)))
+            pool.call = refuse  # type: ignore[method-assign]
+            inline = await pool.scan(small)
+            return before, lanes, via_process, inline
+        finally:
+            pool.shutdown()
+
+    before, lanes, via_process, inline = asyncio.run(run())
+    assert before is False
+    assert lanes == {"small": True, "gzip": False, "spooled": False, "over the limit": False}
+    for out in (via_process, inline):
+        assert isinstance(out, ScanOutcome)
+        assert out.analysis["root_cause"]["failure_class"] == "hardware.gpu_ecc_error"
+        for f in out.files:  # staged by the scan, committed by nobody here
+            assert Path(f.blob.tmp_path).is_file()
+            Path(f.blob.tmp_path).unlink()
+
+
+def test_inline_lane_can_be_switched_off(tmp_path: Path) -> None:
+    pool = ScanPool(_inline_settings(tmp_path, 0))
+    job = ScanJob(files=(InputFile("x.log", str(tmp_path / "x.log"), data=b"hello\n"),))
+
+    async def run() -> bool:
+        try:
+            await pool.warmup()
+            return pool.is_inline(job)
+        finally:
+            pool.shutdown()
+
+    assert asyncio.run(run()) is False
+
+
+def test_a_server_process_freezes_what_it_built_at_start(tmp_path: Path) -> None:
+    """Full collections would otherwise walk the rule library and the app under load."""
+    import gc
+
+    from tests.servicekit import live_server
+
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    with live_server(make_settings(tmp_path / "data", None)) as srv:  # runs in this process
+        assert srv.ctx.pool.ready.is_set()
+        assert gc.get_freeze_count() > 10_000

@@ -29,7 +29,7 @@ from app.db.migrate import ensure_current
 from app.db.session import Database
 from app.engine.library import load_library
 from app.errors import NotFoundError
-from app.pipeline import AnalysisService, ScanPool
+from app.pipeline import AnalysisService, ScanPool, freeze_startup_heap
 from app.render.html import inline, markdown_block
 from app.settings import Settings, get_settings
 
@@ -108,7 +108,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
         if not settings.require_tokens and not await asyncio.to_thread(_tokens):
             log.warning(open_mode_message(settings))
-        warm = asyncio.create_task(pool.warmup())
+
+        async def _warm() -> None:
+            await pool.warmup()
+            freeze_startup_heap()  # everything long-lived is built by now
+
+        warm = asyncio.create_task(_warm())
         try:
             yield
         finally:

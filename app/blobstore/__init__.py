@@ -4,8 +4,9 @@ Writing is two-phase so a crash never leaves a half blob under its final name an
 row and the blob are committed together:
 
 1. ``store.writer()`` streams content into a temporary file in the data dir's ``tmp/``, hashing
-   and compressing as it goes; ``finish()`` fsyncs it and returns a ``PendingBlob``.
-2. ``store.commit(pending)`` puts it in place atomically (returns whether it was new);
+   and compressing as it goes; ``finish()`` closes it and returns a ``PendingBlob``.
+2. ``store.commit(pending)`` makes it durable and puts it in place atomically (returns whether it
+   was new): the disk wait happens there, in the server's writer, not where the log is scanned;
    ``store.discard(pending)`` throws it away. The caller deletes a new blob again if the database
    transaction that refers to it fails.
 

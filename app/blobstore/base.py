@@ -119,8 +119,7 @@ class StagingWriter:
 
     def finish(self) -> PendingBlob:
         self._zw.close()  # type: ignore[no-untyped-call]  # ends the zstd frame
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        self._fh.flush()  # not fsynced: `commit` does, as it puts the blob in place
         stored = self._fh.tell()
         self._fh.close()
         self._done = True

@@ -30,12 +30,15 @@ class DirectoryBlobStore:
         tmp = Path(pending.tmp_path)
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
+            if final.exists():  # a log posted again: no need to wait for the disk
+                return False
+            _fsync(tmp)  # the content is on disk before any name points at it
             os.link(tmp, final)  # atomic and exclusive: exactly one committer sees the blob as new
         except FileExistsError:
             return False
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync_dir(final.parent)
+        _fsync(final.parent)
         return True
 
     def discard(self, pending: PendingBlob) -> None:
@@ -74,7 +77,7 @@ class DirectoryBlobStore:
         probe.unlink()
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
