@@ -38,7 +38,15 @@ from app.db import repo
 from app.db.models import Analysis, AnalysisFile
 from app.db.repo import FileRecord, JobMeta, RuleRecord, StoredBlob
 from app.db.session import Database
-from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, ByteBudget, Source, open_source, rank_from_name
+from app.engine.ingest import (
+    GZIP_MAGIC,
+    ZSTD_MAGIC,
+    ByteBudget,
+    Source,
+    expand_in_memory,
+    open_source,
+    rank_from_name,
+)
 from app.engine.library import Library, load_library
 from app.engine.patches import ConfigView
 from app.engine.redact import redact_stream, redact_text
@@ -547,20 +555,33 @@ class ScanPool:
         limit = self.settings.bulk_bytes
         return limit > 0 and sum(f.size for f in job.files) >= limit
 
-    def is_inline(self, job: ScanJob) -> bool:
-        """Small enough to analyse on the event loop: every file in memory, plain (what a
-        compressed one expands to is not bounded by its size) and `inline_bytes` in all."""
-        files = [*job.files, *([job.config] if job.config else [])]
-        return (
-            self._local is not None
-            and all(f.data is not None and not f.data.startswith((GZIP_MAGIC, ZSTD_MAGIC)) for f in files)
-            and sum(f.size for f in files) <= self.settings.inline_bytes
-        )
+    def inline_job(self, job: ScanJob) -> ScanJob | None:
+        """The job as plain logs in memory if it is small enough to analyse on the event loop
+        (`inline_bytes` in all, once decompressed), else None.
+
+        A hook's log usually arrives gzipped (`logtriage submit` does): one held in memory is
+        expanded here, with the ingest code the workers use, but never past the limit, since
+        what it expands to is not bounded by its size. Corrupt data is left to a worker, which
+        reports it as it always does."""
+        if self._local is None or (job.config is not None and job.config.data is None):
+            return None
+        left = self.settings.inline_bytes - (job.config.size if job.config else 0)
+        files: list[InputFile] = []
+        for f in job.files:
+            if f.data is None or left < 0:
+                return None
+            plain = expand_in_memory(f.data, limit=left)
+            if plain is None:
+                return None
+            left -= len(plain)
+            files.append(f if plain is f.data else InputFile(f.name, f.path, data=plain))
+        return ScanJob(tuple(files), job.config, job.framework, job.exit_code)
 
     async def scan(self, job: ScanJob) -> ScanOutcome | JobError:
         """Analyse an upload in its lane."""
-        if self.is_inline(job):
-            return scan_upload(job, self._local)
+        inline = self.inline_job(job)
+        if inline is not None:
+            return scan_upload(inline, self._local)
         return await self.call(scan_upload, job, bulk=self.is_bulk(job))
 
     async def call(self, fn: Callable[[T], R], arg: T, *, bulk: bool = False) -> R:

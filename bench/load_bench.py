@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """The service under load: `logtriage serve --workers 2` on PostgreSQL, hooks posting 200 KB logs.
 
-    python bench/load_bench.py [--connections 8,16,24,50] [--duration 30] [--big 1G] [--port 8765]
+    python bench/load_bench.py [--connections 8,16,24,50] [--duration 30] [--big 1G] [--no-gzip]
 
 0. One hook at a time (20 sequential posts): the latency of an analysis on an idle server.
 1. wrk (Debian package `wrk`) posts 200 KB failed-job logs (each request a distinct log, so no
    request is answered from the duplicate check) with each of `--connections` concurrent
    connections in turn; reports requests/s, p50/p90/p99 latency and errors. Target: p99 < 300 ms
    at 50, no errors.
-2. The load of the last `--connections` value, at the same time as one 1 GB upload streamed
+2. The same logs gzipped, as `logtriage submit` sends them (`Content-Encoding: gzip`), at the
+   last `--connections` value.
+3. The load of the last `--connections` value, at the same time as one 1 GB upload streamed
    over a separate connection: reports the small requests' latency meanwhile and the upload's
    own time. Target: the upload completes and the small requests keep their latency.
 The server binds 127.0.0.1 only, uses its own database (`logtriage_bench`, dropped and created
@@ -18,6 +20,7 @@ fresh) and data directory, and is stopped at the end. Results: bench/out/load.js
 from __future__ import annotations
 
 import argparse
+import gzip
 import http.client
 import json
 import os
@@ -57,6 +60,53 @@ end
 """
 
 
+# gzip bodies, as `logtriage submit` sends them: a distinct first gzip member per request (a
+# stored-block member of one fixed-width line, so every record has the same length), then the
+# 200 KB log gzipped once. Concatenated members are one valid gzip stream.
+LUA_GZIP = r"""
+local function slurp(path)
+  local f = assert(io.open(path, "rb"))
+  local data = f:read("*a")
+  f:close()
+  return data
+end
+local body = slurp(os.getenv("BENCH_BODY"))
+local prefixes = slurp(os.getenv("BENCH_PREFIXES"))
+local width = tonumber(os.getenv("BENCH_PREFIX_WIDTH"))
+local per_thread = math.floor(#prefixes / width / 2)
+local n = 0
+local thread_id = 0
+setup = function(thread)
+  thread:set("tid", thread_id)
+  thread_id = thread_id + 1
+end
+request = function()
+  local i = (tid or 0) * per_thread + n % per_thread
+  n = n + 1
+  local b = prefixes:sub(i * width + 1, (i + 1) * width) .. body
+  return wrk.format("POST", "/api/v1/analyses?source=api&job_id=bench",
+    {["Content-Type"] = "text/plain", ["Content-Encoding"] = "gzip"}, b)
+end
+"""
+GZIP_PREFIXES = 60_000  # distinct requests in a gzip run (2 wrk threads x 30,000)
+
+
+def _gzip_bodies(body: Path) -> tuple[Path, Path, int]:
+    """The gzipped log and the file of distinct per-request first members (fixed width)."""
+    gz_body = OUT / "load-200k.log.gz"
+    gz_body.write_bytes(gzip.compress(body.read_bytes(), mtime=0))
+    tag = os.urandom(4).hex()
+    members = [
+        gzip.compress(f"job gz-{tag}-{i:08d} starting\n".encode(), compresslevel=0, mtime=0)
+        for i in range(GZIP_PREFIXES)
+    ]
+    width = len(members[0])
+    assert all(len(m) == width for m in members)
+    prefixes = OUT / "load-gzip-prefixes.bin"
+    prefixes.write_bytes(b"".join(members))
+    return gz_body, prefixes, width
+
+
 def _psql(sql: str) -> None:
     subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-qc", sql], check=True)
 
@@ -82,7 +132,9 @@ def _ms(value: str) -> float:
     return float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[m.group(2)]
 
 
-def run_wrk(port: int, connections: int, duration: int, body: Path, script: Path) -> dict[str, object]:
+def run_wrk(
+    port: int, connections: int, duration: int, body: Path, script: Path, env: dict[str, str] | None = None
+) -> dict[str, object]:
     out = subprocess.run(
         [
             "wrk",
@@ -98,7 +150,7 @@ def run_wrk(port: int, connections: int, duration: int, body: Path, script: Path
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "BENCH_BODY": str(body)},
+        env={**os.environ, "BENCH_BODY": str(body), **(env or {})},
         check=True,
     ).stdout
     pct = {p: _ms(v) for p, v in re.findall(r"^\s+(50|75|90|99)%\s+(\S+)", out, re.M)}
@@ -178,6 +230,12 @@ def main() -> int:
     p.add_argument("--big", default="1G", help="size of the concurrent big upload (0 to skip)")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument(
+        "--no-gzip",
+        dest="gzip",
+        action="store_false",
+        help="skip the run that posts the logs gzipped (as `logtriage submit` sends them)",
+    )
     args = p.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("load_bench: needs wrk (apt-get install wrk)")
@@ -216,6 +274,16 @@ def main() -> int:
             alone = run_wrk(args.port, c, args.duration, body, script)
             report[f"small_alone_{c}"] = alone
             print(_row(f"200 KB posts, {c} connections", alone))
+        if args.gzip:
+            gz_body, prefixes, width = _gzip_bodies(body)
+            gz_script = OUT / "load-post-gzip.lua"
+            gz_script.write_text(LUA_GZIP)
+            gz_env = {"BENCH_PREFIXES": str(prefixes), "BENCH_PREFIX_WIDTH": str(width)}
+            c = conns[-1]
+            gz = run_wrk(args.port, c, args.duration, gz_body, gz_script, gz_env)
+            report[f"small_gzip_{c}"] = gz
+            kb = gz_body.stat().st_size // 1024
+            print(_row(f"same, gzipped ({kb} KB sent), {c} conn.", gz))
         size = gen_log.parse_size(args.big)
         if size:
             big = OUT / f"log-{size}-s0.log"

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from app.engine.ingest import ByteBudget, Source, collect_sources, open_source, rank_from_name
+from app.engine.ingest import (
+    ByteBudget,
+    Source,
+    collect_sources,
+    expand_in_memory,
+    open_source,
+    rank_from_name,
+)
 from app.errors import InputError, InputTooLargeError
 from tests.conftest import Analyze
 
@@ -120,3 +127,31 @@ def test_missing_and_empty_inputs_are_input_errors(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no files"):
         collect_sources([str(tmp_path / "empty")])
+
+
+def _streamed(data: bytes) -> bytes:
+    opened = open_source(Source(name="x.log", stream=io.BytesIO(data)), budget=ByteBudget(0))
+    out = bytearray()
+    buf = memoryview(bytearray(1 << 16))
+    while n := opened.reader.readinto(buf):
+        out += buf[:n]
+    opened.close()
+    return bytes(out)
+
+
+def test_expand_in_memory_gives_the_bytes_a_stream_gives() -> None:
+    text = b"".join(b"step %d loss 1.5\n" % i for i in range(5000))
+    half = len(text) // 2
+    two_members = gzip.compress(text[:half]) + gzip.compress(text[half:])
+    two_frames = zstandard.ZstdCompressor().compress(text[:half]) + zstandard.ZstdCompressor().compress(
+        text[half:]
+    )
+    for data in (text, gzip.compress(text), two_members, two_frames):
+        assert expand_in_memory(data, limit=len(text)) == _streamed(data) == text
+        assert expand_in_memory(data, limit=len(text) - 1) is None  # never past the limit
+    assert expand_in_memory(gzip.compress(text)[:-30], limit=1 << 20) is None  # truncated
+    with pytest.raises(InputError):  # what a scan worker then reports
+        _streamed(gzip.compress(text)[:-30])
+    # a zstd frame cut short decodes to nothing, as a stream too (the log is then empty)
+    truncated = zstandard.ZstdCompressor().compress(text)[:-30]
+    assert expand_in_memory(truncated, limit=1 << 20) == _streamed(truncated) == b""

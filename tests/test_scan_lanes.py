@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from app import pipeline
 from app.engine.ingest import Source
@@ -164,45 +165,79 @@ def _inline_settings(tmp_path: Path, limit: int) -> Settings:
     return make_settings(tmp_path / "data", None, inline_bytes=limit)
 
 
-def test_small_plain_uploads_are_analysed_in_the_server_process(tmp_path: Path) -> None:
+def test_small_uploads_are_analysed_in_the_server_process(tmp_path: Path) -> None:
     settings = _inline_settings(tmp_path, 64 << 10)
     pool = ScanPool(settings)
     text = training_log(ECC.format(ip="10.1.2.3")).encode()
+    padded = text + b"step 1 loss 2.0\n" * (4 << 10)  # over 64 KiB plain, a few KiB gzipped
 
     def in_memory(data: bytes) -> ScanJob:
         return ScanJob(files=(InputFile("x.log", str(tmp_path / "never-written.log"), data=data),))
 
-    small = in_memory(text)
+    def plain_of(job: ScanJob) -> bytes | None:
+        inline = pool.inline_job(job)
+        return None if inline is None else inline.files[0].data
 
     async def refuse(*_: object, **__: object) -> object:
         raise AssertionError("handed to a scan process")
 
-    async def run() -> tuple[bool, dict[str, bool], object, object]:
+    async def run() -> tuple[bytes | None, dict[str, bytes | None], object, object, object]:
         try:
-            before = pool.is_inline(small)  # nothing compiled in this process before warm-up
+            before = plain_of(in_memory(text))  # nothing compiled in this process before warm-up
             await pool.warmup()
             lanes = {
-                "small": pool.is_inline(small),
-                "gzip": pool.is_inline(in_memory(gzip.compress(text))),
-                "spooled": pool.is_inline(_job(tmp_path, "spooled.log", 8 << 10)),
-                "over the limit": pool.is_inline(in_memory(text + b"step\n" * (13 << 10))),
+                "plain": plain_of(in_memory(text)),
+                "gzip": plain_of(in_memory(gzip.compress(text))),
+                "zstd": plain_of(in_memory(zstandard.ZstdCompressor().compress(text))),
+                "gzip expanding past the limit": plain_of(in_memory(gzip.compress(padded))),
+                "truncated gzip": plain_of(in_memory(gzip.compress(text)[:-20])),
+                "spooled": plain_of(_job(tmp_path, "spooled.log", 8 << 10)),
+                "over the limit": plain_of(in_memory(padded)),
             }
-            via_process = await pool.scan(in_memory(text + b"x\n" * (64 << 10)))
+            via_process = await pool.scan(in_memory(gzip.compress(padded)))
             pool.call = refuse  # type: ignore[method-assign]
-            inline = await pool.scan(small)
-            return before, lanes, via_process, inline
+            inline = await pool.scan(in_memory(text))
+            inline_gzip = await pool.scan(in_memory(gzip.compress(text)))
+            return before, lanes, via_process, inline, inline_gzip
         finally:
             pool.shutdown()
 
-    before, lanes, via_process, inline = asyncio.run(run())
-    assert before is False
-    assert lanes == {"small": True, "gzip": False, "spooled": False, "over the limit": False}
-    for out in (via_process, inline):
+    before, lanes, *outcomes = asyncio.run(run())
+    assert before is None
+    assert lanes == {
+        "plain": text,
+        "gzip": text,
+        "zstd": text,
+        "gzip expanding past the limit": None,
+        "truncated gzip": None,  # left to a scan worker, which reports it
+        "spooled": None,
+        "over the limit": None,
+    }
+    for out in outcomes:
         assert isinstance(out, ScanOutcome)
         assert out.analysis["root_cause"]["failure_class"] == "hardware.gpu_ecc_error"
         for f in out.files:  # staged by the scan, committed by nobody here
             assert Path(f.blob.tmp_path).is_file()
             Path(f.blob.tmp_path).unlink()
+
+
+def test_a_config_file_counts_toward_the_inline_limit(tmp_path: Path) -> None:
+    pool = ScanPool(_inline_settings(tmp_path, 4096))
+    log_file = InputFile("x.log", str(tmp_path / "x.log"), data=b"step\n" * 500)  # 2,500 bytes
+    small, big = (InputFile("c.yaml", str(tmp_path / "c.yaml"), data=b"a: 1\n" * n) for n in (100, 400))
+    on_disk = InputFile("c.yaml", str(tmp_path / "c.yaml"))
+
+    async def run() -> list[bool]:
+        try:
+            await pool.warmup()
+            return [
+                pool.inline_job(ScanJob(files=(log_file,), config=c)) is not None
+                for c in (small, big, on_disk)
+            ]
+        finally:
+            pool.shutdown()
+
+    assert asyncio.run(run()) == [True, False, False]
 
 
 def test_inline_lane_can_be_switched_off(tmp_path: Path) -> None:
@@ -212,7 +247,7 @@ def test_inline_lane_can_be_switched_off(tmp_path: Path) -> None:
     async def run() -> bool:
         try:
             await pool.warmup()
-            return pool.is_inline(job)
+            return pool.inline_job(job) is not None
         finally:
             pool.shutdown()
 

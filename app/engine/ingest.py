@@ -156,6 +156,30 @@ def _decompressor(raw: BinaryIO, kind: str | None) -> Readable:
     return raw  # type: ignore[return-value]
 
 
+def expand_in_memory(data: bytes, *, limit: int) -> bytes | None:
+    """A small upload's content: `data` decompressed as its magic says (plain data as is), or
+    None when that is over `limit` bytes or the data is corrupt (whoever reads it as a stream
+    reports that). Same libraries as `open_source`, so the same bytes."""
+    if data.startswith(GZIP_MAGIC):
+        try:
+            from isal import igzip as gz
+        except ImportError:
+            import gzip as gz  # type: ignore[no-redef]
+        reader: Any = gz.GzipFile(fileobj=io.BytesIO(data), mode="rb")  # type: ignore[no-untyped-call]
+    elif data.startswith(ZSTD_MAGIC):
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+    else:
+        return data if len(data) <= limit else None
+    try:
+        with reader:
+            out: bytes = reader.read(limit + 1)
+    except Exception:  # truncated or corrupt: gzip, zlib, ISA-L and zstd each raise their own
+        return None
+    return out if len(out) <= limit else None
+
+
 class _Peeked(io.RawIOBase):
     """A stream with its first bytes already read (to sniff magic on stdin/uploads)."""
 
