@@ -5,8 +5,8 @@ upload (spooled raw files) -> decompress (by magic) -> redact -> content-address
 
 The CPU-bound part (decompress, redact, compress, scan) runs in scan worker processes
 (``ScanPool``): each compiles the rule library once and reuses it. A hook's small plain log
-(``inline_bytes``, held in memory) is the exception: it is analysed on the event loop, which costs
-less than handing it to a process and back. Workers return plain data (``ScanOutcome`` or
+(held in memory, ``inline_bytes`` once expanded) is the exception: it is analysed on the event
+loop, which costs less than handing it to a process and back. Workers return plain data (``ScanOutcome`` or
 ``JobError``); the server then commits the blobs and writes the database rows together
 (``AnalysisService``), deleting a new blob again if the database write fails, so no half-written
 analysis and no orphan blob is left behind.
@@ -515,10 +515,11 @@ def _lower_priority(payload: dict[str, Any]) -> None:
 class ScanPool:
     """Where an upload is analysed: three lanes, chosen by its size.
 
-    - inline: a hook's small plain log (`settings.inline_bytes`, held in memory) is analysed in
-      this process, on the event loop. Handing 200 KB to a process and back cost more CPU than
-      analysing it (~2 ms), and a web process at full load then spent its time in pickling and
-      the pool's threads; the loop is held for at most ~10 ms (1 MiB).
+    - inline: a hook's small log (held in memory, at most `settings.inline_bytes` once
+      expanded) is analysed in this process, on the event loop. Handing 200 KB to a process and
+      back cost more CPU than analysing it (~2 ms): pickling, the pool's threads, a context
+      switch each way. The loop is held ~10 ms by 1 MiB of ordinary log, up to ~0.2 s by 1 MiB
+      made entirely of error lines.
     - pool: scan worker processes (spawned: no state is shared with the server's threads), for
       larger and compressed uploads, which must not hold the event loop.
     - bulk: uploads of `settings.bulk_bytes` or more go to one extra worker at low CPU priority;

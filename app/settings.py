@@ -68,9 +68,9 @@ class Settings(BaseSettings):
     inline_bytes: int = Field(
         default=1 << 20,
         ge=0,
-        description="Plain-text uploads of at most this many bytes (and at most the 1 MiB a request "
-        "holds in memory) are analysed in the server process itself, without the hand-off to a scan "
-        "process (0 = every upload goes to a scan process).",
+        description="Uploads held in memory (up to 1 MiB as sent) whose logs come to at most this "
+        "many bytes once decompressed are analysed in the server process itself, without the hand-off "
+        "to a scan process (0 = every upload goes to a scan process).",
     )
     bulk_bytes: int = Field(
         default=32 << 20,
