@@ -244,5 +244,6 @@ def test_directory_commit_makes_the_content_durable_before_naming_it(
     with store.writer() as w:
         w.write(b"step 1 loss 2.0\n")
         again = w.finish()
-    assert store.commit(again) is False  # already there: its copy is dropped
+    assert store.commit(again) is False  # already there: its copy is dropped, unsynced
     assert not Path(again.tmp_path).exists()
+    assert calls == []
