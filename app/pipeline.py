@@ -4,12 +4,12 @@ upload (spooled raw files) -> decompress (by magic) -> redact -> content-address
                                                             \\-> plain work file -> triage -> persist
 
 The CPU-bound part (decompress, redact, compress, scan) runs in scan worker processes
-(``ScanPool``): each compiles the rule library once and reuses it. A hook's small plain log
-(held in memory, ``inline_bytes`` once expanded) is the exception: it is analysed on the event
-loop, which costs less than handing it to a process and back. Workers return plain data (``ScanOutcome`` or
-``JobError``); the server then commits the blobs and writes the database rows together
-(``AnalysisService``), deleting a new blob again if the database write fails, so no half-written
-analysis and no orphan blob is left behind.
+(``ScanPool``): each compiles the rule library once and reuses it. A hook's small log (held in
+memory, ``inline_bytes`` once expanded) is the exception: it is analysed on the event loop,
+which costs less than handing it to a process and back. Workers return plain data
+(``ScanOutcome`` or ``JobError``); the server then commits the blobs and writes the database rows
+together (``AnalysisService``), deleting a new blob again if the database write fails, so no
+half-written analysis and no orphan blob is left behind.
 """
 
 from __future__ import annotations
@@ -175,8 +175,7 @@ def worker_settings_payload(settings: Settings) -> dict[str, Any]:
 def init_worker(payload: dict[str, Any]) -> None:
     """Scan-worker initializer: compile the library once for the life of the process."""
     global _STATE
-    settings = Settings(**payload)
-    _STATE = _WorkerState(settings, build_compiled(settings), open_blob_store(settings))
+    _STATE = local_state(Settings(**payload))
     freeze_startup_heap()
 
 
@@ -195,12 +194,14 @@ def freeze_startup_heap() -> None:
 def init_local(settings: Settings, compiled: CompiledLibrary | None = None) -> None:
     """Run jobs in this process (the CLI's bulk re-triage, tests)."""
     global _STATE
-    _STATE = _WorkerState(settings, compiled or build_compiled(settings), open_blob_store(settings))
+    _STATE = local_state(settings, compiled=compiled)
 
 
-def local_state(settings: Settings) -> _WorkerState:
-    """What `scan_upload` needs to run in this process without touching the worker global."""
-    return _WorkerState(settings, build_compiled(settings), open_blob_store(settings))
+def local_state(
+    settings: Settings, *, compiled: CompiledLibrary | None = None, library: Library | None = None
+) -> _WorkerState:
+    """What `scan_upload` needs in this process (`library`: one already loaded here)."""
+    return _WorkerState(settings, compiled or build_compiled(settings, library), open_blob_store(settings))
 
 
 def _state() -> _WorkerState:
@@ -521,15 +522,18 @@ class ScanPool:
       switch each way. The loop is held ~10 ms by 1 MiB of ordinary log, up to ~0.2 s by 1 MiB
       made entirely of error lines.
     - pool: scan worker processes (spawned: no state is shared with the server's threads), for
-      larger and compressed uploads, which must not hold the event loop.
+      bigger uploads (or ones that expand past the limit), which must not hold the event loop.
     - bulk: uploads of `settings.bulk_bytes` or more go to one extra worker at low CPU priority;
       a multi-GB log can take both cores for tens of seconds, and it then uses the cores the
       small analyses leave idle, so they keep their latency.
     """
 
-    def __init__(self, settings: Settings, *, workers: int | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, workers: int | None = None, library: Library | None = None
+    ) -> None:
         self.settings = settings
         self.workers = workers or settings.analysis_workers
+        self._library = library  # the server's, loaded already: the inline lane compiles it
         self._pool: ProcessPoolExecutor | None = None
         self._bulk: ProcessPoolExecutor | None = None
         self._local: _WorkerState | None = None
@@ -605,7 +609,7 @@ class ScanPool:
             versions = await asyncio.gather(*(self.call(ping, None) for _ in range(self.workers)))
             if self.settings.inline_bytes > 0 and self._local is None:
                 # the workers compiled the library first: this process reads it from their cache
-                self._local = await asyncio.to_thread(local_state, self.settings)
+                self._local = await asyncio.to_thread(local_state, self.settings, library=self._library)
             self.library_version = versions[0]
             self.failure = None
             self.ready.set()

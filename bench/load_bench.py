@@ -42,28 +42,11 @@ sys.path.insert(0, str(BENCH))
 import gen_log  # noqa: E402  (sibling module; bench/ is not a package)
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/logtriage_bench"
+# One script for both bodies. Plain: a distinct first line per request, then the 200 KB log.
+# Gzipped, as `logtriage submit` sends them: a distinct first gzip member per request (a
+# stored-block member of one fixed-width line, so every record has the same length, read from
+# BENCH_PREFIXES), then the log gzipped once; concatenated members are one valid gzip stream.
 LUA = r"""
-local f = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
-local body = f:read("*a")
-f:close()
-local n = 0
-local thread_id = 0
-setup = function(thread)
-  thread:set("tid", thread_id)
-  thread_id = thread_id + 1
-end
-request = function()
-  n = n + 1
-  local b = string.format("job %d-%d-%d starting\n", tid or 0, n, os.time()) .. body
-  return wrk.format("POST", "/api/v1/analyses?source=api&job_id=bench", {["Content-Type"] = "text/plain"}, b)
-end
-"""
-
-
-# gzip bodies, as `logtriage submit` sends them: a distinct first gzip member per request (a
-# stored-block member of one fixed-width line, so every record has the same length), then the
-# 200 KB log gzipped once. Concatenated members are one valid gzip stream.
-LUA_GZIP = r"""
 local function slurp(path)
   local f = assert(io.open(path, "rb"))
   local data = f:read("*a")
@@ -71,9 +54,11 @@ local function slurp(path)
   return data
 end
 local body = slurp(os.getenv("BENCH_BODY"))
-local prefixes = slurp(os.getenv("BENCH_PREFIXES"))
-local width = tonumber(os.getenv("BENCH_PREFIX_WIDTH"))
-local per_thread = math.floor(#prefixes / width / 2)
+local prefixes = os.getenv("BENCH_PREFIXES") and slurp(os.getenv("BENCH_PREFIXES"))
+local width = tonumber(os.getenv("BENCH_PREFIX_WIDTH") or "1")
+local per_thread = prefixes and math.floor(#prefixes / width / 2)
+local headers = {["Content-Type"] = "text/plain"}
+if prefixes then headers["Content-Encoding"] = "gzip" end
 local n = 0
 local thread_id = 0
 setup = function(thread)
@@ -81,11 +66,15 @@ setup = function(thread)
   thread_id = thread_id + 1
 end
 request = function()
-  local i = (tid or 0) * per_thread + n % per_thread
+  local first
+  if prefixes then
+    local i = (tid or 0) * per_thread + n % per_thread
+    first = prefixes:sub(i * width + 1, (i + 1) * width)
+  else
+    first = string.format("job %d-%d-%d starting\n", tid or 0, n, os.time())
+  end
   n = n + 1
-  local b = prefixes:sub(i * width + 1, (i + 1) * width) .. body
-  return wrk.format("POST", "/api/v1/analyses?source=api&job_id=bench",
-    {["Content-Type"] = "text/plain", ["Content-Encoding"] = "gzip"}, b)
+  return wrk.format("POST", "/api/v1/analyses?source=api&job_id=bench", headers, first .. body)
 end
 """
 GZIP_PREFIXES = 60_000  # distinct requests in a gzip run (2 wrk threads x 30,000)
@@ -276,11 +265,9 @@ def main() -> int:
             print(_row(f"200 KB posts, {c} connections", alone))
         if args.gzip:
             gz_body, prefixes, width = _gzip_bodies(body)
-            gz_script = OUT / "load-post-gzip.lua"
-            gz_script.write_text(LUA_GZIP)
             gz_env = {"BENCH_PREFIXES": str(prefixes), "BENCH_PREFIX_WIDTH": str(width)}
             c = conns[-1]
-            gz = run_wrk(args.port, c, args.duration, gz_body, gz_script, gz_env)
+            gz = run_wrk(args.port, c, args.duration, gz_body, script, gz_env)
             report[f"small_gzip_{c}"] = gz
             kb = gz_body.stat().st_size // 1024
             print(_row(f"same, gzipped ({kb} KB sent), {c} conn.", gz))
