@@ -33,9 +33,9 @@ def _compiled(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from app.engine.library import load_library
     from app.engine.scan import CompiledLibrary
     from app.engine.triage import default_cache_dir
-    from app.settings import get_settings
+    from app.scan_settings import scan_settings
 
-    settings = get_settings()
+    settings = scan_settings()
     rules_dir = getattr(args, "rules", None) or settings.rules_dir
     cache_dir = settings.cache_dir or default_cache_dir()
     library = load_library(Path(rules_dir) if rules_dir else None, cache_dir=cache_dir)
@@ -55,9 +55,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from app.engine.triage import TriageOptions, triage
     from app.render.markdown import render_markdown
     from app.render.text import render_text
-    from app.settings import get_settings
+    from app.scan_settings import scan_settings
 
-    settings = get_settings()
+    settings = scan_settings()
     sources, warnings = collect_sources(args.paths)
     config = ConfigView.load(Path(args.config)) if args.config else None
     compiled = _compiled(args)
@@ -266,9 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _frameworks() -> Sequence[str]:
-    from app.engine.library import FRAMEWORKS
+    from app.engine.framework_names import FRAMEWORK_NAMES  # not the library: --help stays fast
 
-    return FRAMEWORKS
+    return FRAMEWORK_NAMES
 
 
 def main(argv: Sequence[str] | None = None) -> int:

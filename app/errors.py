@@ -67,6 +67,16 @@ class AuthError(LogtriageError):
     slug, title, http_status = "unauthorized", "Unauthorized", 401
 
 
+class LoginRequiredError(AuthError):
+    """A web page needs a sign-in the browser does not have: it is sent to /login."""
+
+    slug, title = "login-required", "Sign-in required"
+
+    def __init__(self, detail: str, *, next_url: str = "/") -> None:
+        super().__init__(detail)
+        self.next_url = next_url
+
+
 class ForbiddenError(LogtriageError):
     slug, title, http_status = "forbidden", "Forbidden", 403
 
@@ -79,6 +89,19 @@ class PayloadTooLargeError(InputTooLargeError):
     """The request body itself is over the upload limit (before decompression)."""
 
     slug, title, http_status = "payload-too-large", "Payload too large", 413
+
+
+class RequestTimeoutError(InputError):
+    """The client stopped sending the request body (`LOGTRIAGE_BODY_TIMEOUT`)."""
+
+    slug, title, http_status = "request-timeout", "Request timeout", 408
+
+
+class HeaderFieldsTooLargeError(LogtriageError):
+    """The request's headers (or its URL) are over the server's limit; answered by the HTTP
+    protocol layer before the request reaches the app."""
+
+    slug, title, http_status = "request-header-fields-too-large", "Request header fields too large", 431
 
 
 class AnalysisNotReadyError(ConflictError):

@@ -38,17 +38,9 @@ from app.db import repo
 from app.db.session import Database
 from app.engine.library import default_rules_dir
 from app.errors import LogtriageError, MissingExtraError, ServiceUnavailableError
-from app.pipeline import (
-    JobError,
-    RetriageJob,
-    ScanOutcome,
-    init_local,
-    init_worker,
-    ping,
-    retriage_job_of,
-    retriage_stored,
-    worker_settings_payload,
-)
+from app.service.analyses import retriage_job_of
+from app.service.jobs import JobError, RetriageJob, ScanOutcome
+from app.service.worker import init_local, init_worker, ping, retriage_stored, worker_settings_payload
 from app.settings import Settings
 
 if TYPE_CHECKING:

@@ -6,7 +6,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,7 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.api.deps import is_loopback
     from app.db import repo
     from app.db.migrate import current_revision, ensure_current
-    from app.pipeline import _alive, clean_stale_tmp
+    from app.service.spool import clean_stale_tmp, pid_alive
     from app.settings import Settings
 
     # flags become environment so every uvicorn worker process sees the same settings
@@ -105,14 +104,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         ensure_current(db.engine, lock_dir=settings.data_dir)
         revision = current_revision(db.engine)
-        host = socket.gethostname()
+        host = os.uname().nodename  # what socket.gethostname() returns, without importing socket
         with db.write() as s:
             runners = {
                 int(r.rsplit(":", 1)[1])
                 for r in s.scalars(_pending_runners(host))
                 if r and r.rsplit(":", 1)[-1].isdigit()
             }
-            interrupted = repo.mark_interrupted(s, host=host, alive=[p for p in runners if _alive(p)])
+            interrupted = repo.mark_interrupted(s, host=host, alive=[p for p in runners if pid_alive(p)])
         with db.read() as s:
             tokens = repo.any_active_token(s)
     finally:
@@ -136,15 +135,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     shown = f"[{settings.host}]" if ":" in settings.host else settings.host
     print(
-        f"logtriage: API on http://{shown}:{settings.port}/api/v1 · docs http://{shown}:{settings.port}/docs",
+        f"logtriage: web app on http://{shown}:{settings.port}/ · API http://{shown}:{settings.port}/api/v1 "
+        f"· docs http://{shown}:{settings.port}/docs",
         file=sys.stderr,
     )
+    import socket
+
     if settings.workers > 1 and hasattr(socket, "SO_REUSEPORT"):
         from app.api.serve import serve_reuseport
 
         return serve_reuseport(
             host=settings.host, port=settings.port, workers=settings.workers, log_level=settings.log_level
         )
+    from app.api.protocol import uvicorn_http
+
     uvicorn.run(
         "app.api.main:create_app",
         factory=True,
@@ -154,6 +158,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         proxy_headers=True,
         timeout_graceful_shutdown=30,
+        http=uvicorn_http(),  # request heads bounded: 431, not unbounded memory
     )
     return 0
 
@@ -217,7 +222,7 @@ def cmd_db_gc(args: argparse.Namespace) -> int:
 
     from app.blobstore import open_blob_store
     from app.db import repo
-    from app.pipeline import clean_stale_tmp
+    from app.service.spool import clean_stale_tmp
 
     settings = _settings()
     db = _database(settings)
@@ -483,7 +488,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     sm.add_argument("--job-id")
     sm.add_argument("--framework", help="the job's framework (overrides detection)")
     sm.add_argument("--exit-code", type=int, help="the job's exit status (0 + fatal log = masked failure)")
-    sm.add_argument("--host", default=socket.gethostname(), help="host the job ran on (default: this host)")
+    sm.add_argument("--host", default=os.uname().nodename, help="host the job ran on (default: this host)")
     sm.add_argument("--label", action="append", metavar="KEY=VALUE", help="free-form label; repeatable")
     sm.add_argument("--config", help="the job's config (YAML or launch script): patches become a diff")
     sm.add_argument(

@@ -84,6 +84,26 @@ class Settings(BaseSettings):
         description="Largest request body in bytes, as sent (compressed); larger uploads get 413 "
         "(0 = no limit).",
     )
+    max_expansion_ratio: float = Field(
+        default=200.0,
+        ge=0,
+        description="A compressed upload may expand to at most this many times the compressed bytes "
+        "read so far (checked while it streams, once past 8 MiB; 0 = no check): a compression bomb "
+        "gets 413 within its first MiBs, having written nothing. Logs gzip 5-50 times.",
+    )
+    max_tmp_bytes: int = Field(
+        default=8 << 30,
+        ge=0,
+        description="Temporary disk one upload may take in the data dir: its body as sent plus its "
+        "staged (compressed, redacted) copy; beyond it, 413 (0 = no limit). Nothing else is written: "
+        "uploads are decompressed, redacted and scanned in one pass.",
+    )
+    body_timeout: float = Field(
+        default=60.0,
+        ge=0,
+        description="Seconds an upload's body may send nothing before the request is answered 408 "
+        "(a stalled or trickling client does not hold a spool file and a connection; 0 = wait forever).",
+    )
     auth_cache_seconds: float = Field(
         default=5.0,
         ge=0,
@@ -117,6 +137,21 @@ class Settings(BaseSettings):
         ge=1,
         description="A host is a suspect node when hardware-class failures hit it in this many jobs "
         "within the recurrence window.",
+    )
+    session_secret: SecretStr | None = Field(
+        default=None,
+        description="Key that signs web sign-in cookies and CSRF tokens (default: a random key kept in "
+        "`session.key` in the data dir; set the same value on every host behind one load balancer).",
+    )
+    session_hours: float = Field(
+        default=12.0, gt=0, description="How long a web sign-in lasts (the token's own expiry still applies)."
+    )
+    secure_cookies: bool | None = Field(
+        default=None,
+        description="Mark the sign-in cookie `Secure` (default: when `LOGTRIAGE_PUBLIC_URL` is https).",
+    )
+    api_docs: bool = Field(
+        default=True, description="Serve the interactive API docs at /docs (assets served locally)."
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Server log level."

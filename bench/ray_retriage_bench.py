@@ -47,7 +47,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import gen_log  # noqa: E402
 
-from app import pipeline  # noqa: E402
 from app.db import repo  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.db.repo import JobMeta  # noqa: E402
@@ -60,6 +59,7 @@ from app.retriage import (  # noqa: E402
     local_runner,
     retriage_analyses,
 )
+from app.service import analyses, jobs, worker  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
 RULES = ROOT / "rules"
@@ -78,8 +78,8 @@ def old_library(tmp: Path) -> Path:
 
 def build_archive(settings: Settings, db: Database, logs: Path, n: int, size: int) -> list[str]:
     """n analyses through the pipeline (redact, blob, triage, rows), as the service stores them."""
-    pipeline.init_local(settings)
-    store = pipeline._state().store
+    worker.init_local(settings)
+    store = worker.worker_state().store
     kinds = [("end", "xid79"), ("end", "ecc"), ("none", "xid79"), ("end", "xid79")]
     ids: list[str] = []
     t0 = time.perf_counter()
@@ -87,15 +87,15 @@ def build_archive(settings: Settings, db: Database, logs: Path, n: int, size: in
         failures, fault = kinds[i % len(kinds)]
         path = logs / f"job-{i}.log"
         gen_log.generate(path, size, seed=i, failures=failures, fault=fault)
-        outcome = pipeline.scan_upload(pipeline.ScanJob(files=(pipeline.InputFile(path.name, str(path)),)))
+        outcome = worker.scan_upload(jobs.ScanJob(files=(jobs.InputFile(path.name, str(path)),)))
         path.unlink()
         Path(str(path) + ".manifest.json").unlink()
-        if isinstance(outcome, pipeline.JobError):
+        if isinstance(outcome, jobs.JobError):
             raise SystemExit(f"ingest failed: {outcome.detail}")
-        pipeline.commit_blobs(store, outcome)
+        analyses.commit_blobs(store, outcome)
         with db.write() as s:
             row = repo.create_pending(s, meta=JobMeta(job_id=f"bench-{i}"), token_id=None, runner="bench:0")
-            pipeline.complete_from_outcome(s, analysis_id=row.id, outcome=outcome)
+            analyses.complete_from_outcome(s, analysis_id=row.id, outcome=outcome)
             ids.append(row.id)
         if (i + 1) % 50 == 0:
             rate = (i + 1) / (time.perf_counter() - t0)
@@ -128,7 +128,7 @@ def run_local(settings: Settings, url: str, ids: list[str], batch: int) -> tuple
     db = Database(url)
     try:
         t0 = time.perf_counter()
-        pipeline.init_local(settings)  # compiles the library (the CLI does the same)
+        worker.init_local(settings)  # compiles the library (the CLI does the same)
         t1 = time.perf_counter()
         results = retriage_analyses(db=db, analysis_ids=ids, runner=local_runner, batch_size=batch)
         t2 = time.perf_counter()

@@ -63,6 +63,26 @@ if [ "${LOGTRIAGE_SKIP_POSTGRES:-}" != 1 ]; then
   setup_postgres || echo "note: PostgreSQL setup incomplete; its tests will be skipped outside CI" >&2
 fi
 
+# --- Chromium for the browser tests (tests/web) ---------------------------------------------------
+# Debian's own `chromium`, driven by Playwright for Python (the `dev` extra) through
+# executable_path=/usr/bin/chromium: no browser is ever downloaded (no `playwright install`).
+# Installed if missing (Debian, as root) with the fonts the screenshots need.
+# LOGTRIAGE_SKIP_BROWSER=1 skips it: the browser tests then skip, except in CI where they fail.
+setup_chromium() {
+  [ -x /usr/bin/chromium ] && return 0
+  if command -v apt-get >/dev/null 2>&1 && as_root true 2>/dev/null; then
+    echo "setup: installing Chromium (apt)" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      chromium fonts-liberation fonts-dejavu-core >/dev/null
+  else
+    echo "note: /usr/bin/chromium is missing and cannot be installed here; the browser tests will be skipped (and fail in CI)" >&2
+  fi
+}
+if [ "${LOGTRIAGE_SKIP_BROWSER:-}" != 1 ]; then
+  setup_chromium || echo "note: Chromium setup incomplete; the browser tests will be skipped outside CI" >&2
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

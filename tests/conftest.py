@@ -75,7 +75,7 @@ def make_rules_dir(tmp: Path, rules: dict[str, str]) -> Path:
     """A rule library with the project's classes and only the given rules ({relpath: yaml})."""
     root = tmp / "rules"
     root.mkdir()
-    for name in ("library.yaml", "failure-classes.yaml", "class-relations.yaml"):
+    for name in ("library.yaml", "failure-classes.yaml", "class-relations.yaml", "facts.yaml"):
         shutil.copy(RULES / name, root / name)
     for rel, text in rules.items():
         p = root / rel

@@ -22,6 +22,7 @@ import httpx
 import uvicorn
 from sqlalchemy import create_engine, make_url, text
 
+from app.api.protocol import uvicorn_http
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +108,14 @@ class LiveServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(settings)
         self.server = uvicorn.Server(
-            uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+            uvicorn.Config(
+                self.app,
+                host="127.0.0.1",
+                port=self.port,
+                log_level="warning",
+                lifespan="on",
+                http=uvicorn_http(),  # as `logtriage serve` runs it: request heads bounded
+            )
         )
         self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{self.port}", daemon=True)
 

@@ -19,7 +19,9 @@ from app.db.models import RecurrenceDay, RecurrenceHost, RecurrenceJob
 from app.db.session import Database
 from app.errors import ConflictError, NotFoundError, UsageError
 from app.fingerprint import fingerprint
-from app.pipeline import AnalysisService, ScanOutcome, ScanPool, StoredFile
+from app.service.analyses import AnalysisService
+from app.service.jobs import ScanOutcome, StoredFile
+from app.service.pool import ScanPool
 from tests.conftest import Analyze
 from tests.servicekit import ECC, OOM, PgSchemas, make_settings
 

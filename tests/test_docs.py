@@ -18,3 +18,44 @@ def test_readme_opens_with_the_two_setup_commands() -> None:
     assert lines[fence + 1].startswith("bash scripts/run.sh")
     assert lines[fence + 2].startswith("bash scripts/test.sh")
     assert "scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+
+
+def _contract_block() -> dict[str, set[str]]:
+    """README's JSON contract: each `Name = { ... }` with the field names it lists (quoted words
+    after `{`, `,` or a line start; values such as `"yaml"|"hydra"` follow a `:` or `|`)."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## JSON contract", 1)[1].split("```", 2)[1]
+    out: dict[str, set[str]] = {}
+    for m in re.finditer(r"^(\w+) = \{", block, re.M):
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"{": 1, "}": -1}.get(block[i], 0)
+            i += 1
+        body = block[m.end() : i - 1]
+        while re.search(r"\{[^{}]*\}", body):
+            body = re.sub(r"\{[^{}]*\}", "", body)  # nested objects are described apart
+        out[m.group(1)] = set(re.findall(r'(?:^|[{,])\s*"(\w+)"(?!\s*\|)', body, re.M))
+    return out
+
+
+def test_readme_json_contract_names_the_fields_the_code_emits(compiled) -> None:  # type: ignore[no-untyped-def]
+    from app.engine.ingest import collect_sources
+    from app.engine.models import Analysis, Finding, Patch, PossibleCause
+    from app.engine.triage import TriageOptions, triage
+
+    block = _contract_block()
+    assert set(block["Analysis"]) == set(Analysis.model_fields)
+    assert set(block["Finding"]) == set(Finding.model_fields)
+    assert set(block["Patch"]) == set(Patch.model_fields)
+    assert set(block["PossibleCause"]) == set(PossibleCause.model_fields)
+    # the timeline's dicts, from a real run that fills every part of it
+    d = ROOT / "tests" / "corpus" / "gpu" / "skipped-collective"
+    sources, _ = collect_sources([str(d / "console.log")])
+    tl = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1)).timeline
+    assert tl is not None
+    assert set(block["Timeline"]) == set(tl)
+    assert set(block["Verdict"]) == set(tl["verdict"])
+    assert set(block["RankState"]) == set(tl["ranks"][0])
+    assert set(block["Collective"]) == set(tl["collectives"][0])

@@ -36,3 +36,45 @@ def test_a_confident_prediction_is_rarely_wrong(compiled: CompiledLibrary) -> No
     wrong = [c for c in named if c.predicted != c.expected]
     assert len(named) >= 50
     assert len(wrong) / len(named) <= 0.03, [c.file for c in wrong]
+
+
+def test_calibration_table_counts_named_root_causes_by_band() -> None:
+    from app.engine.evaluation import Case, Report
+
+    r = Report(
+        [
+            Case("a", "x", "x", confidence=0.4),
+            Case("b", "x", "y", confidence=0.45),
+            Case("c", "x", "x", confidence=0.9),
+            Case("d", "x", "x", confidence=1.0),
+            Case("e", "unknown", "unknown"),  # no root cause named: not in the table
+        ]
+    )
+    bands = {b["band"]: b for b in r.calibration()}
+    assert bands["0.35-0.50"] == {"band": "0.35-0.50", "cases": 2, "stated": 0.425, "observed": 0.5}
+    assert bands["0.85-1.00"]["cases"] == 2 and bands["0.85-1.00"]["observed"] == 1.0
+    assert bands["0.50-0.70"]["cases"] == 0 and bands["0.50-0.70"]["observed"] is None
+
+
+# Device corpora (tests/corpus/gpu: NCCL on 2 H200, tests/corpus/gloo: gloo here), each case as the
+# console log, the per-rank files and the console with its artifacts. One run cannot be named from
+# what it holds: silent-rank-death-sigkill's per-rank files (a SIGKILL prints nothing; only
+# torchrun's console says which rank died), so the floors leave room for it and no more.
+TIMELINE_FLOORS = {"class": 0.95, "rank": 0.95, "phase": 0.95}
+
+
+def test_device_corpora_name_the_class_the_rank_and_the_phase(compiled: CompiledLibrary) -> None:
+    from app.engine.evaluation import evaluate_cases
+
+    for corpus in ("gpu", "gloo"):
+        rows = evaluate_cases(compiled, ROOT / "tests" / "corpus" / corpus / "cases.yaml")
+        scored = [c for c in rows if c.scored]
+        assert len(rows) >= 18 and len(scored) >= 12
+        misses = [
+            f"{c.case} [{c.variant}]: class {c.predicted}, named {c.named}, phase {c.phase}"
+            for c in rows
+            if c.expected != c.predicted or (c.scored and not (c.rank_ok and c.phase_ok))
+        ]
+        assert sum(c.expected == c.predicted for c in rows) / len(rows) >= TIMELINE_FLOORS["class"], misses
+        assert sum(c.rank_ok for c in scored) / len(scored) >= TIMELINE_FLOORS["rank"], misses
+        assert sum(c.phase_ok for c in scored) / len(scored) >= TIMELINE_FLOORS["phase"], misses

@@ -71,3 +71,31 @@ def test_library_cache_is_keyed_by_file_stats(tmp_path: Path) -> None:
     os.utime(rule_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     changed = load_library(root, cache_dir=cache)
     assert changed.rules[0].rule.version == 2 and first.rules[0].rule.version == 1
+
+
+def test_the_light_framework_list_equals_the_schema_type() -> None:
+    from app.engine.framework_names import FRAMEWORK_NAMES
+    from app.engine.library import FRAMEWORKS
+
+    assert FRAMEWORK_NAMES == FRAMEWORKS
+
+
+def test_the_cli_scan_defaults_equal_the_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import fields
+
+    from app.scan_settings import ScanSettings, scan_settings
+    from app.settings import Settings
+
+    for k in [k for k in os.environ if k.startswith("LOGTRIAGE_")]:
+        monkeypatch.delenv(k)
+    light, full = scan_settings(), Settings()
+    for f in fields(ScanSettings):
+        assert getattr(light, f.name) == getattr(full, f.name), f.name
+    monkeypatch.setenv("LOGTRIAGE_MAX_BYTES", "1234")
+    from app.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        assert scan_settings().max_bytes == 1234
+    finally:
+        get_settings.cache_clear()

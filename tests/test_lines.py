@@ -88,6 +88,7 @@ def _parse_context_unoptimised(text: str, *, max_prefixes: int = 4) -> LineConte
     rep = lines._REPEATED.search(rest)
     if rep:
         ctx.repeats = int(rep.group("n"))
+    ctx.message = rest
     return ctx
 
 

@@ -189,3 +189,43 @@ def test_ray_job_scripts_get_env_in_runtime_env_not_export(tmp_path: Path) -> No
     diff = config_diff(view, patches)
     assert diff is not None
     assert """{"pip": ["x"], "env_vars": {"A": "1", "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}}""" in diff
+
+
+def test_a_computed_value_that_cannot_work_is_not_offered() -> None:
+    spec = PatchSpec.model_validate(
+        {
+            "target": "env",
+            "path": ["GPU_MEM"],
+            "value": "{min(0.95, round(util + 0.1, 2))}",
+            "valid": "value > util",
+            "why": "more room for the KV cache",
+        }
+    )
+    ok, problems = compute_patches([spec], scope=Scope(captures={"util": "0.8"}), config=None)
+    assert [p.value for p in ok] == [0.9] and problems == []
+    # already at the ceiling: raising it is impossible, so no patch (and the reason is kept)
+    none, problems = compute_patches([spec], scope=Scope(captures={"util": "0.95"}), config=None)
+    assert none == [] and "fails `value > util`" in problems[0]
+    inf = PatchSpec.model_validate({"target": "env", "path": ["X"], "value": "{a / b}", "why": "ratio"})
+    none, problems = compute_patches([inf], scope=Scope(captures={"a": "1e308", "b": "1e-308"}), config=None)
+    assert none == [] and "not a number" in problems[0]
+
+
+def test_framework_patches_appear_only_for_the_detected_framework() -> None:
+    from app.engine.patches import select_specs
+
+    general = PatchSpec.model_validate(
+        {"target": "env", "path": ["NCCL_DEBUG"], "value": "WARN", "why": "more detail"}
+    )
+    slime = PatchSpec.model_validate(
+        {
+            "target": "cli",
+            "path": ["--sglang-mem-fraction-static"],
+            "value": "0.7",
+            "why": "headroom",
+            "frameworks": ["slime"],
+        }
+    )
+    assert select_specs([general, slime], []) == [general]  # a plain PyTorch job: no SGLang flag
+    assert select_specs([general, slime], ["pytorch"]) == [general]
+    assert select_specs([general, slime], ["slime", "sglang"]) == [general, slime]

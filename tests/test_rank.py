@@ -169,3 +169,103 @@ def test_handled_traceback_long_before_a_clean_end_is_not_masking(
     a = _triage(compiled, tmp_path, {"j.log": TRACEBACK + "step ok\n" * 500}, exit_code=0)
     assert a.root_cause is None
     assert not [f for f in a.findings if f.failure_class == "job.exit_status_masked"]
+
+
+def _lib(tmp_path: Path, rules: dict[str, str]) -> CompiledLibrary:
+    return CompiledLibrary(load_library(make_rules_dir(tmp_path, rules)), engine="regex")
+
+
+ABORT = _rule("abort", "nccl.error", "error", "NCCL communicator was aborted", 0.8) + (
+    "consequence_of: [nccl.collective_timeout]\n"
+)
+TIMEOUT = _rule(
+    "timeout", "nccl.collective_timeout", "error", "Watchdog caught collective operation timeout", 0.7
+)
+
+
+def test_an_abort_after_the_timeout_is_its_consequence(tmp_path: Path) -> None:
+    # class relations say nccl.error explains nccl.collective_timeout; the rule and the order say
+    # the abort came from the timeout
+    lib = _lib(tmp_path, {"nccl/abort.yaml": ABORT, "nccl/timeout.yaml": TIMEOUT})
+    log = "step 3\n[Rank 1] Watchdog caught collective operation timeout\nNCCL communicator was aborted on rank 1\n"
+    a = _triage(lib, tmp_path, {"j.log": log})
+    assert a.root_cause is not None and a.root_cause.rule_id == "timeout"
+    abort = next(f for f in a.findings if f.rule_id == "abort")
+    assert abort.role == "symptom" and abort.explained_by == "timeout"
+    # the abort first (a real NCCL error that left the others waiting): the relation holds again
+    b = _triage(
+        lib,
+        tmp_path,
+        {"k.log": "NCCL communicator was aborted\nWatchdog caught collective operation timeout\n"},
+    )
+    assert b.root_cause is not None and b.root_cause.rule_id == "abort"
+
+
+def test_mutual_relations_are_decided_by_the_order_of_the_log(tmp_path: Path) -> None:
+    a_rule = _rule("a", "ray.actor_died", "error", "The actor died unexpectedly", 0.8, "[nccl.error]")
+    b_rule = _rule("b", "nccl.error", "error", "NCCL error: remote process exited", 0.8, "[ray.actor_died]")
+    lib = _lib(tmp_path, {"ray/a.yaml": a_rule, "nccl/b.yaml": b_rule})
+    first_b = _triage(
+        lib, tmp_path, {"j.log": "NCCL error: remote process exited\nThe actor died unexpectedly\n"}
+    )
+    assert first_b.root_cause is not None and first_b.root_cause.rule_id == "b"
+    first_a = _triage(
+        lib, tmp_path, {"k.log": "The actor died unexpectedly\nNCCL error: remote process exited\n"}
+    )
+    assert first_a.root_cause is not None and first_a.root_cause.rule_id == "a"
+
+
+def test_a_lone_info_finding_leads_at_low_confidence(tmp_path: Path) -> None:
+    info = _rule("ckpt-random", "config.checkpoint_not_loaded", "info", "starting from random weights", 0.8)
+    lib = _lib(
+        tmp_path,
+        {
+            "config/ckpt-random.yaml": info,
+            "cuda/oom.yaml": _rule("oom", "cuda.out_of_memory", "error", "CUDA out of memory", 0.9),
+        },
+    )
+    a = _triage(lib, tmp_path, {"j.log": "WARNING: starting from random weights\n"})
+    assert a.root_cause is not None and a.root_cause.rule_id == "ckpt-random"
+    assert a.root_cause.confidence == round(0.8 * 0.6, 2)
+    b = _triage(lib, tmp_path, {"k.log": "WARNING: starting from random weights\nCUDA out of memory\n"})
+    assert b.root_cause is not None and b.root_cause.rule_id == "oom"  # not alone: info never leads
+
+
+def test_below_the_threshold_the_candidates_are_possible_causes(tmp_path: Path) -> None:
+    weak = _rule("weak-kill", "host.oom_killed", "error", "exitcode *: -9", 0.3) + (
+        "confirm: \"`dmesg -T | grep -i 'killed process'` on the node names the process\"\n"
+    )
+    lib = _lib(tmp_path, {"host/weak-kill.yaml": weak})
+    a = _triage(lib, tmp_path, {"j.log": "step 9\n  exitcode  : -9 (pid: 42)\n"})
+    assert a.root_cause is None
+    assert [(p.failure_class, p.rule_id, p.confidence) for p in a.possible_causes] == [
+        ("host.oom_killed", "weak-kill", 0.3)
+    ]
+    p = a.possible_causes[0]
+    assert "killed process" in p.confirm and p.evidence[0].line == 2
+    assert any("dmesg" in s for s in a.next_steps)
+
+
+def test_next_steps_follow_from_what_the_log_shows(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    a = _triage(compiled, tmp_path, {"j.log": TRACEBACK})
+    assert a.root_cause is None
+    joined = " ".join(a.next_steps)
+    assert "`ValueError`" in joined and "Read its traceback" in joined and "bad shape" in joined
+    assert "dmesg" not in joined  # a plain exception gets no hardware checklist
+    b = _triage(compiled, tmp_path, {"k.log": "nothing to see here\n"})
+    assert any("dmesg" in s for s in b.next_steps)  # nothing at all: the generic evidence list
+
+
+def test_remediation_placeholders_come_from_facts_or_their_line_is_left_out(tmp_path: Path) -> None:
+    # an optional capture the log may not hold
+    pattern = r"No available memory for the cache blocks(?: \((?P<needed_gib>\d+) GiB\))?"
+    rule = _rule("kv", "vllm.kv_cache_insufficient", "error", pattern, 0.9)
+    rule = rule.replace(
+        "remediation: Do the thing for kv.",
+        "remediation: |\n  Raise it.\n  - now {gpu_memory_utilization}, try more\n  - the model needs {needed_gib} GiB\n",
+    )
+    lib = _lib(tmp_path, {"vllm/kv.yaml": rule})
+    log = "gpu_memory_utilization=0.85\nValueError: No available memory for the cache blocks.\n"
+    a = _triage(lib, tmp_path, {"j.log": log})
+    assert a.root_cause is not None
+    assert a.root_cause.remediation == "Raise it.\n- now 0.85, try more"  # from the fact; no hole

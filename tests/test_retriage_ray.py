@@ -17,22 +17,10 @@ from typing import Any
 
 import pytest
 
-from app import pipeline
 from app.db import repo
 from app.db.migrate import upgrade
 from app.db.repo import JobMeta
 from app.db.session import Database
-from app.pipeline import (
-    InputFile,
-    JobError,
-    RetriageJob,
-    ScanJob,
-    ScanOutcome,
-    StoredInput,
-    commit_blobs,
-    init_local,
-    scan_upload,
-)
 from app.retriage import (
     Batch,
     Outcome,
@@ -43,6 +31,10 @@ from app.retriage import (
     retriage_analyses,
     run_batch,
 )
+from app.service import analyses, worker
+from app.service.analyses import commit_blobs
+from app.service.jobs import InputFile, JobError, RetriageJob, ScanJob, ScanOutcome, StoredInput
+from app.service.worker import init_local, scan_upload
 from app.settings import Settings
 from tests.conftest import RULES, make_rules_dir
 from tests.servicekit import ECC, NCCL_TIMEOUT, OOM, cli_env, make_settings, run_cli, training_log
@@ -60,10 +52,10 @@ def _store(settings: Settings, db: Database, path: Path, job_id: str) -> str:
     """Analyse a log and store it the way the service does (blob + rows), without a server."""
     outcome = scan_upload(ScanJob(files=(InputFile(path.name, str(path)),)))
     assert isinstance(outcome, ScanOutcome), outcome
-    commit_blobs(pipeline._state().store, outcome)
+    commit_blobs(worker.worker_state().store, outcome)
     with db.write() as s:
         row = repo.create_pending(s, meta=JobMeta(job_id=job_id), token_id=None, runner="test:0")
-        pipeline.complete_from_outcome(s, analysis_id=row.id, outcome=outcome)
+        analyses.complete_from_outcome(s, analysis_id=row.id, outcome=outcome)
         return row.id
 
 
@@ -80,7 +72,7 @@ def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     settings = make_settings(tmp_path / "data", f"sqlite:///{tmp_path / 'lt.db'}", rules_dir=old)
     db = Database(settings.effective_database_url)
     upgrade(db.engine)
-    monkeypatch.setattr(pipeline, "_STATE", None)  # init_local sets it; restored afterwards
+    monkeypatch.setattr(worker, "_STATE", None)  # init_local sets it; restored afterwards
     init_local(settings)
     tails = [
         NCCL_TIMEOUT,
@@ -101,7 +93,7 @@ def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             lost = repo.get_analysis(s, analysis_id=ids[-1], full=True).files[0].blob_sha256
     finally:
         db.dispose()
-    pipeline._state().store.delete(lost)
+    worker.worker_state().store.delete(lost)
     return {"settings": settings, "ids": ids, "env": cli_env(settings, LOGTRIAGE_RULES_DIR=str(new))}
 
 

@@ -234,3 +234,75 @@ def test_corrupt_cache_file_is_rebuilt(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_text(OOM.format(n=3))
     assert _run(c, log).root_cause is not None
+
+
+SIGNED_RULE = """
+    id: ray-oom-table
+    version: 1
+    status: stable
+    failure_class: ray.node_out_of_memory
+    severity: error
+    title: Ray killed a worker for memory
+    confidence: 0.9
+    match:
+      any: ['Memory on the node \\(IP: (?P<ip>[\\d.]+)[^)]*\\) where the task .* was running was (?P<used>[\\d.]+)GB']
+    signatures:
+      - name: tail
+        confidence: 0.7
+        any: ['Refer to the documentation on how to address the out of memory issue']
+      - name: wrapped
+        confidence: 0.6
+        any: ['RayTaskError\\(OutOfMemoryError\\)']
+    explanation: The node ran out of host memory and Ray's memory monitor killed a worker.
+    remediation: Lower the host memory the workers use.
+"""
+HEAD = (
+    "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+    "Memory on the node (IP: 10.0.0.7, ID: ab12) where the task (actor ID: 1) was running was 120.5GB / 128GB\n"
+)
+TAIL = "Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/oom\n"
+
+
+@pytest.fixture
+def signed(tmp_path: Path) -> CompiledLibrary:
+    root = make_rules_dir(tmp_path, {"ray/ray-oom-table.yaml": SIGNED_RULE})
+    return CompiledLibrary(load_library(root), engine="regex")
+
+
+def test_a_piece_of_the_message_matches_through_its_signature(
+    signed: CompiledLibrary, tmp_path: Path
+) -> None:
+    tail_only = tmp_path / "tail.log"
+    tail_only.write_text("step 7 loss 0.3\n" + TAIL)
+    f = _run(signed, tail_only).findings[0]
+    assert (f.rule_id, f.signatures, f.confidence, f.count) == ("ray-oom-table", ["tail"], 0.7, 1)
+    assert f.captures == {}  # the tail captures nothing: the patches say what is missing
+    wrapped = tmp_path / "wrapped.log"
+    wrapped.write_text("ray.exceptions.RayTaskError(OutOfMemoryError): ray::train() (pid=1)\n")
+    f = _run(signed, wrapped).findings[0]
+    assert (f.signatures, f.confidence) == (["wrapped"], 0.6)
+
+
+def test_whole_message_counts_once_with_the_main_captures(signed: CompiledLibrary, tmp_path: Path) -> None:
+    both = tmp_path / "both.log"
+    both.write_text("step 1\n" + HEAD + TAIL + "step 2\n" + HEAD + TAIL)
+    f = _run(signed, both).findings[0]
+    assert f.signatures == ["main", "tail"]
+    assert f.confidence == 0.9  # the best signature's
+    assert f.count == 2  # two occurrences, each seen by two signatures: not four
+    assert f.captures == {"ip": "10.0.0.7", "used": "120.5"}
+    assert [e.line for e in f.evidence] == [3, 4, 7, 8]
+
+
+def test_signatures_are_checked_by_lint_and_schema(tmp_path: Path) -> None:
+    from app.engine.ruletest import lint
+    from app.errors import RuleError
+
+    root = make_rules_dir(tmp_path, {"ray/ray-oom-table.yaml": SIGNED_RULE})
+    issues, _ = lint(load_library(root))
+    unpinned = sorted(i.message for i in issues if "signature" in i.message)
+    assert len(unpinned) == 2 and "'tail' has no fixture" in unpinned[0]
+    dup = SIGNED_RULE.replace("name: wrapped", "name: tail")
+    (tmp_path / "dup").mkdir()
+    with pytest.raises(RuleError, match="signature names are unique"):
+        load_library(make_rules_dir(tmp_path / "dup", {"ray/ray-oom-table.yaml": dup}))

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from app import pipeline
 from app.engine.ingest import Source
 from app.engine.redact import redact_stream
 from app.engine.triage import TriageOptions, triage
-from app.pipeline import BULK_NICE, InputFile, ScanJob, ScanOutcome, ScanPool, scan_upload
+from app.service import jobs, redaction, worker
+from app.service.jobs import InputFile, ScanJob, ScanOutcome
+from app.service.pool import BULK_NICE, ScanPool
+from app.service.worker import scan_upload
 from app.settings import Settings
 from tests.servicekit import ECC, make_settings, training_log
 
@@ -64,30 +66,31 @@ CORPUS = Path(__file__).parent / "corpus" / "real"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.log"))[:12])
-def test_small_uploads_scanned_from_memory_match_the_file_scan(
-    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pipeline.init_local(make_settings(tmp_path / "data", None))
-    src = tmp_path / name
+def test_spooled_uploads_give_the_same_analysis_plain_gzip_or_zstd(tmp_path: Path, name: str) -> None:
+    """A spooled upload is decompressed, redacted, stored and scanned in one pass: the result
+    does not depend on how it was compressed, and no work file is written."""
+    worker.init_local(make_settings(tmp_path / "data", None))
+    raw = (CORPUS / name).read_bytes()
     results = []
-    for limit in (pipeline.IN_MEMORY_SCAN_BYTES, 0):  # from memory, then from a work file
-        monkeypatch.setattr(pipeline, "IN_MEMORY_SCAN_BYTES", limit)
-        src.write_bytes((CORPUS / name).read_bytes())
-        out = pipeline.scan_upload(ScanJob(files=(InputFile(name, str(src)),)))
+    for body in (raw, gzip.compress(raw), zstandard.ZstdCompressor().compress(raw)):
+        src = tmp_path / "spool" / name
+        src.parent.mkdir(exist_ok=True)
+        src.write_bytes(body)
+        out = worker.scan_upload(ScanJob(files=(InputFile(name, str(src)),)))
         assert isinstance(out, ScanOutcome)
         for f in out.files:
-            pipeline._state().store.discard(f.blob)
+            worker.worker_state().store.discard(f.blob)
         for key in ("scan_seconds", "mb_per_s"):
             out.analysis["stats"].pop(key, None)
         results.append(out.analysis)
-    assert results[0] == results[1]
-    assert not list(tmp_path.glob("*.plain"))  # no work file left behind either way
+        assert sorted(p.name for p in (tmp_path / "spool").iterdir()) == [name]  # no work file
+    assert results[0] == results[1] == results[2]
 
 
 def _analysis(out: object) -> dict[str, object]:
     assert isinstance(out, ScanOutcome)
     for f in out.files:
-        pipeline._state().store.discard(f.blob)
+        worker.worker_state().store.discard(f.blob)
     for key in ("scan_seconds", "mb_per_s"):
         out.analysis["stats"].pop(key, None)
     return out.analysis
@@ -98,7 +101,7 @@ def _analysis(out: object) -> dict[str, object]:
 def test_uploads_passed_in_memory_match_spooled_ones(tmp_path: Path, name: str, compression: str) -> None:
     """A small upload reaches the scan worker as bytes (no spool file); a compressed one is
     written out by the worker. Either way the result is the spooled upload's."""
-    pipeline.init_local(make_settings(tmp_path / "data", None))
+    worker.init_local(make_settings(tmp_path / "data", None))
     raw = (CORPUS / name).read_bytes()
     body = gzip.compress(raw) if compression else raw
     spooled = tmp_path / "spooled" / name
@@ -108,23 +111,23 @@ def test_uploads_passed_in_memory_match_spooled_ones(tmp_path: Path, name: str, 
     never_written = tmp_path / "memory" / name
     from_memory = _analysis(scan_upload(ScanJob(files=(InputFile(name, str(never_written), data=body),))))
     assert from_memory == from_file
-    # the plain one never touches the disk; the compressed one only under its own spool path
-    assert never_written.exists() is bool(compression)
+    # neither touches the disk: a compressed one is decompressed from memory as it is scanned
+    assert not never_written.exists()
     assert not list(tmp_path.rglob("*.plain"))
 
 
 def test_in_memory_uploads_get_the_same_input_errors(tmp_path: Path) -> None:
-    pipeline.init_local(make_settings(tmp_path / "data", None))
+    worker.init_local(make_settings(tmp_path / "data", None))
     for data, message in ((b"", "the log is empty"), (bytes(range(32)) * 100, "binary content")):
         out = scan_upload(ScanJob(files=(InputFile("x.log", str(tmp_path / "x.log"), data=data),)))
-        assert isinstance(out, pipeline.JobError) and message in out.detail
-    big = pipeline.MAX_CONFIG_BYTES + 1
+        assert isinstance(out, jobs.JobError) and message in out.detail
+    big = redaction.MAX_CONFIG_BYTES + 1
     job = ScanJob(
         files=(InputFile("x.log", str(tmp_path / "x.log"), data=training_log(ECC).encode()),),
         config=InputFile("c.yaml", str(tmp_path / "c.yaml"), data=b"a: 1\n" * (big // 5 + 1)),
     )
     out = scan_upload(job)
-    assert isinstance(out, pipeline.JobError) and "config file over" in out.detail
+    assert isinstance(out, jobs.JobError) and "config file over" in out.detail
     assert list((tmp_path / "data").rglob("*.zst*")) == []  # nothing pending is left behind
 
 
@@ -139,13 +142,13 @@ def test_redacted_input_needs_no_second_redaction(tmp_path: Path, name: str) -> 
     """Workers triage with `input_redacted`: evidence and captures of a log that went through
     `redact_stream` are not redacted again. That pass would change nothing (checked here, with
     secrets planted on every line that may become evidence)."""
-    pipeline.init_local(make_settings(tmp_path / "data", None))
+    worker.init_local(make_settings(tmp_path / "data", None))
     raw = re.sub(
         rb"(?m)^(.*(?:rror|NCCL|Xid|exception|failed).*)$", rb"\1" + SECRET_TAIL, (CORPUS / name).read_bytes()
     )
     redacted = b"".join(redact_stream(io.BytesIO(raw)))
     assert b"hunter2pass" not in redacted and b"hf_abc" not in redacted
-    compiled = pipeline._state().compiled
+    compiled = worker.worker_state().compiled
     results = []
     for skip in (False, True):
         out = triage(

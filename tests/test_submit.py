@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -37,7 +36,9 @@ def submit(
 
 
 def analysis(client: httpx.Client, url: str) -> dict:  # type: ignore[type-arg]
-    aid = url.rstrip("/").split("/")[-2]
+    # the report link: /analyses/{id} (the web page) or /api/v1/analyses/{id}/report.html
+    parts = url.rstrip("/").split("/")
+    aid = parts[-2] if parts[-1] == "report.html" else parts[-1]
     return client.get(f"/api/v1/analyses/{aid}").json()  # type: ignore[no-any-return]
 
 
@@ -141,16 +142,38 @@ def test_retries_until_the_service_is_up(db_url: str, tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     log.write_text(training_log(OOM.format(gib="3.3")))
     port = free_port()
-    out: dict[str, subprocess.CompletedProcess[str]] = {}
-    t = threading.Thread(
-        target=lambda: out.setdefault("res", submit(f"http://127.0.0.1:{port}", str(log), "--retries", "6"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "submit",
+            "--url",
+            f"http://127.0.0.1:{port}",
+            str(log),
+            "--retries",
+            "8",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
-    t.start()
-    time.sleep(1.5)
-    settings = make_settings(tmp_path / "data", db_url)
-    with live_server(settings, port=port):
-        t.join(120)
-    res = out["res"]
-    assert res.returncode == 0, res.stderr
-    assert "submit attempt 1/7 failed" in res.stderr
-    assert "root cause:" in res.stdout
+    try:
+        assert proc.stderr is not None
+        seen: list[str] = []
+        # the server starts only once submit has failed to reach it: no guess about timing
+        for line in proc.stderr:
+            seen.append(line)
+            if "submit attempt 1/9 failed" in line:
+                break
+        assert any("submit attempt 1/9 failed" in s for s in seen), "".join(seen)
+        settings = make_settings(tmp_path / "data", db_url)
+        with live_server(settings, port=port):
+            stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, "".join(seen) + stderr
+    assert "root cause:" in stdout

@@ -7,20 +7,14 @@ from dataclasses import dataclass
 import jinja2
 
 from app.api.authcache import AuthCache
-from app.blobstore import BlobStore
-from app.db.session import Database
-from app.engine.library import Library
-from app.pipeline import AnalysisService, ScanPool
-from app.settings import Settings
+from app.service.context import ServiceContext
+from app.web.session import SessionCodec
 
 
 @dataclass
-class AppContext:
-    settings: Settings
-    db: Database
-    store: BlobStore
-    library: Library
-    pool: ScanPool
-    service: AnalysisService
+class AppContext(ServiceContext):
+    """The service's context plus what only the HTTP edges need."""
+
     templates: jinja2.Environment
     auth: AuthCache
+    sessions: SessionCodec

@@ -13,7 +13,6 @@ import base64
 import binascii
 import ipaddress
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -26,8 +25,8 @@ from app.api.context import AppContext
 from app.db import repo
 from app.db.models import utcnow
 from app.errors import AuthError, ForbiddenError
-
-ALL_SCOPES = frozenset(repo.SCOPES)
+from app.service.access import ALL_SCOPES, Principal
+from app.web.session import COOKIE, CSRF_HEADER, BrowserSession
 
 bearer_scheme = HTTPBearer(auto_error=False, description="An API token from `logtriage tokens create`.")
 basic_scheme = HTTPBasic(auto_error=False, description="Any user name; the API token as the password.")
@@ -49,21 +48,6 @@ def get_session(ctx: CtxDep) -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
-
-
-@dataclass(frozen=True)
-class Principal:
-    token_id: int | None
-    name: str
-    scopes: frozenset[str]
-    open_mode: bool = False
-
-    def allows(self, scope: str) -> bool:
-        return "admin" in self.scopes or scope in self.scopes
-
-    @property
-    def idempotency_scope(self) -> str:
-        return f"token:{self.token_id}" if self.token_id is not None else "open"
 
 
 def is_loopback(host: str | None) -> bool:
@@ -92,6 +76,37 @@ def _secret(bearer: HTTPAuthorizationCredentials | None, request: Request) -> st
     return None
 
 
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def request_session(request: Request, ctx: AppContext) -> BrowserSession | None:
+    """The browser session the request's cookie holds (parsed once per request)."""
+    if "lt_session" not in request.state._state:
+        request.state.lt_session = ctx.sessions.loads(request.cookies.get(COOKIE))
+    session: BrowserSession | None = request.state.lt_session
+    return session
+
+
+def _check_same_origin(request: Request) -> None:
+    """A browser's unsafe request must come from our own pages. Browsers say where a request
+    comes from (Sec-Fetch-Site, Origin); hooks and curl send neither and are not affected."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        raise ForbiddenError(f"cross-site request refused (Sec-Fetch-Site: {site})")
+    origin = request.headers.get("origin")
+    if origin is not None and site is None:
+        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+        if origin != own:
+            raise ForbiddenError(f"cross-origin request refused (Origin: {origin})")
+
+
+async def _resolve(ctx: AppContext, token_hash: str) -> KnownToken | None:
+    known = ctx.auth.token(token_hash)
+    if isinstance(known, Miss):
+        known = await asyncio.to_thread(read_token, ctx, token_hash)
+    return known
+
+
 async def authenticate(
     request: Request,
     ctx: CtxDep,
@@ -103,14 +118,24 @@ async def authenticate(
     secret = _secret(bearer, request)
     if secret:
         token_hash = repo.hash_token(secret)
-        known = ctx.auth.token(token_hash)
-        if isinstance(known, Miss):
-            known = await asyncio.to_thread(_read_token, ctx, token_hash)
+        known = await _resolve(ctx, token_hash)
         if known is None or known.expired(utcnow()):
             raise AuthError("invalid, revoked or expired API token")
         if repo.touch_due(token_hash):
             await asyncio.to_thread(_touch, ctx, known)
         return Principal(token_id=known.id, name=known.name, scopes=known.scopes)
+    unsafe = request.method in UNSAFE_METHODS
+    if unsafe:
+        _check_same_origin(request)
+    session = request_session(request, ctx) if COOKIE in request.cookies else None
+    if session is not None and session.signed_in:
+        assert session.token_hash is not None
+        known = await _resolve(ctx, session.token_hash)
+        if known is None or known.expired(utcnow()):
+            raise AuthError("your sign-in has ended (the token was revoked or expired); sign in again")
+        if unsafe and not ctx.sessions.csrf_ok(session, request.headers.get(CSRF_HEADER)):
+            raise ForbiddenError(f"missing or wrong CSRF token: send the page's token in {CSRF_HEADER}")
+        return Principal(token_id=known.id, name=known.name, scopes=known.scopes, via="session")
     if ctx.settings.require_tokens:
         raise AuthError("this service requires an API token: send `Authorization: Bearer <token>`")
     tokens_exist = ctx.auth.tokens_exist()
@@ -124,10 +149,12 @@ async def authenticate(
             "no API token exists yet, so the service only serves loopback clients; create one on the "
             "server with `logtriage tokens create --name NAME --scope ingest`"
         )
-    return Principal(token_id=None, name="local user (open mode)", scopes=ALL_SCOPES, open_mode=True)
+    return Principal(
+        token_id=None, name="local user (open mode)", scopes=ALL_SCOPES, open_mode=True, via="open"
+    )
 
 
-def _read_token(ctx: AppContext, token_hash: str) -> KnownToken | None:
+def read_token(ctx: AppContext, token_hash: str) -> KnownToken | None:
     with ctx.db.read() as s:
         row = repo.token_by_hash(s, token_hash=token_hash)
     known = None

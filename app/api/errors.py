@@ -13,10 +13,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AuthError, InternalError, LogtriageError, all_errors
+from app.errors import AuthError, InputError, InternalError, LogtriageError, all_errors
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("logtriage.api")
@@ -80,12 +80,30 @@ def _clean_loc(loc: tuple[Any, ...] | list[Any]) -> list[Any]:
     return [p for p in loc if p not in ("body",)] or list(loc)
 
 
+def wants_html(request: Request) -> bool:
+    """A browser navigating to a page (not the API, not a script's fetch) gets an HTML error."""
+    path = request.url.path
+    if path.startswith(("/api/", "/openapi.json", "/problems", "/static/", "/slack/")):
+        return False
+    return "text/html" in request.headers.get("accept", "")
+
+
+def negotiated(request: Request, exc: LogtriageError, headers: dict[str, str] | None = None) -> Response:
+    if wants_html(request):
+        from app.web import errors as web_errors  # the web edge, loaded when a page fails
+
+        return web_errors.page_for(request, exc, headers=headers)
+    return from_error(request, exc, headers=headers)
+
+
 def install(app: FastAPI) -> None:
-    async def on_logtriage(request: Request, exc: Exception) -> JSONResponse:
+    async def on_logtriage(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, LogtriageError)
         if exc.http_status >= 500:
             log.error("%s: %s", type(exc).__name__, exc.detail)
-        return from_error(request, exc)
+        if exc.http_status == 408:  # the body never came: the connection is done with too
+            return negotiated(request, exc, headers={"Connection": "close"})
+        return negotiated(request, exc)
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
@@ -106,7 +124,7 @@ def install(app: FastAPI) -> None:
             extra={"errors": errors},
         )
 
-    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+    async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         status = exc.status_code
         if status == 404:
@@ -120,25 +138,61 @@ def install(app: FastAPI) -> None:
         elif status == 405:
             slug, title = "method-not-allowed", "Method not allowed"
             detail = f"{request.method} is not allowed on {request.url.path}"
+        elif status == 400:  # FastAPI's: a body it cannot decode (not UTF-8, say)
+            slug, title = InputError.slug, InputError.title
+            detail = exc.detail if isinstance(exc.detail, str) else title
         else:
             slug, title = _slug(status)
             detail = exc.detail if isinstance(exc.detail, str) else title
         headers = dict(exc.headers or {})
         if status == 401:
-            return from_error(request, AuthError(detail), headers=headers)
+            return negotiated(request, AuthError(detail), headers=headers)
+        if wants_html(request):
+            err = LogtriageError(detail)
+            err.http_status, err.slug, err.title = status, slug, title
+            return negotiated(request, err, headers=headers)
         return problem_response(
             request, status=status, slug=slug, title=title, detail=detail, headers=headers
         )
 
-    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         err = InternalError(f"unexpected {type(exc).__name__}; the server log has the details")
-        return from_error(request, err)
+        return negotiated(request, err)
 
     app.add_exception_handler(LogtriageError, on_logtriage)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)
+
+    from app.api.inputcheck import InputCheck  # control characters and header sizes, every route
+
+    app.add_middleware(InputCheck)
+    _document_problems(app)
+
+
+def _document_problems(app: FastAPI) -> None:
+    """The OpenAPI document says what is sent: FastAPI documents its validation errors (422) as
+    `application/json` `HTTPValidationError`; they are problem+json documents here."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        from app.api.routes.common import PROBLEM_CONTENT
+
+        schema = build()
+        for item in schema.get("paths", {}).values():
+            for op in item.values():
+                responses = op.get("responses", {}) if isinstance(op, dict) else {}
+                error = responses.get("422")
+                if error is not None and "application/problem+json" not in error.get("content", {}):
+                    error["content"] = PROBLEM_CONTENT
+                    error["description"] = "Validation failed"
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def problem_catalogue() -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 import jinja2
 import markupsafe
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse
 
 from app import __version__
 from app.api import errors
@@ -29,9 +29,14 @@ from app.db.migrate import ensure_current
 from app.db.session import Database
 from app.engine.library import load_library
 from app.errors import NotFoundError
-from app.pipeline import AnalysisService, ScanPool, freeze_startup_heap
 from app.render.html import inline, markdown_block
+from app.service.analyses import AnalysisService
+from app.service.pool import ScanPool
+from app.service.worker import freeze_startup_heap
 from app.settings import Settings, get_settings
+from app.web import routes as web
+from app.web.security import SecurityHeaders
+from app.web.session import SessionCodec, load_secret
 
 log = logging.getLogger("logtriage")
 TEMPLATES = Path(__file__).resolve().parents[1] / "web" / "templates"
@@ -66,6 +71,12 @@ def inline_md(text: str) -> markupsafe.Markup:
     return markupsafe.Markup(inline(text))
 
 
+def secure_cookies(settings: Settings) -> bool:
+    if settings.secure_cookies is not None:
+        return settings.secure_cookies
+    return bool(settings.public_url and settings.public_url.startswith("https://"))
+
+
 def open_mode_message(settings: Settings) -> str:
     return (
         "logtriage: no API token exists: the service runs OPEN (no authentication) for loopback "
@@ -98,6 +109,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             service=service,
             templates=make_templates(),
             auth=AuthCache(settings.auth_cache_seconds),
+            sessions=SessionCodec(
+                await asyncio.to_thread(load_secret, settings),
+                hours=settings.session_hours,
+                secure=secure_cookies(settings),
+            ),
         )
 
         def _tokens() -> bool:
@@ -131,19 +147,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
         openapi_url="/openapi.json",
-        docs_url="/docs",
-        redoc_url="/redoc",
+        docs_url=None,  # app.web.routes.docs serves Swagger UI from /static (no CDN)
+        redoc_url=None,
     )
     app.state.settings = settings or get_settings()
     errors.install(app)
+    app.add_middleware(SecurityHeaders)
     app.include_router(analyses.router)
     app.include_router(rules.router)
     app.include_router(stats.router)
     app.include_router(health.router)
-
-    @app.get("/", include_in_schema=False)
-    def root() -> RedirectResponse:
-        return RedirectResponse("/docs")
+    web.install(app)
 
     @app.get("/problems/{slug}", include_in_schema=False)
     def problem_doc(slug: str) -> JSONResponse:

@@ -15,6 +15,18 @@ from app.errors import ValidationFailedError
 Source = Literal["web", "api", "slack", "cli"]
 LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}$")
 MAX_LABELS = 32
+# control characters (C0, DEL, C1) and lone surrogates: never in a job id, host or label, and
+# PostgreSQL refuses NUL in text (a 500 before this check); comments may hold tabs and newlines
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+
+
+def no_control(value: str, what: str, pattern: re.Pattern[str] = CONTROL) -> str:
+    """`value` unless it holds a control character (ValueError naming it and where)."""
+    m = pattern.search(value)
+    if m is not None:
+        raise ValueError(f"{what}: control character U+{ord(m.group()):04X} at position {m.start()}")
+    return value
 
 
 class Problem(BaseModel):
@@ -48,34 +60,68 @@ class JobMetadata(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels (up to 32).")
     source: Source = "api"
 
+    @field_validator("job_id", "host")
+    @classmethod
+    def _text(cls, v: str | None) -> str | None:
+        return v if v is None else no_control(v, "value")
+
     @field_validator("labels")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
         if len(v) > MAX_LABELS:
             raise ValueError(f"at most {MAX_LABELS} labels")
         for k, val in v.items():
-            if not LABEL_KEY.match(k):
-                raise ValueError(f"label key {k!r}: letters, digits, _ . - / (up to 63)")
+            if not LABEL_KEY.fullmatch(k):
+                raise ValueError(f"label key {k[:80]!r}: letters, digits, _ . - / (up to 63)")
             if len(val) > 256:
                 raise ValueError(f"label {k!r}: value over 256 characters")
+            no_control(val, f"label {k!r}")
         return v
 
 
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValidationFailedError(f"labels: key {key[:80]!r} appears twice in the JSON object")
+        obj[key] = value
+    return obj
+
+
 def parse_labels(pairs: list[str], json_objects: list[str] | None = None) -> dict[str, str]:
+    """Labels from `key=value` pairs and `labels` JSON objects. Each key may be given once, in
+    all of them together (a key twice, with the same value or not, is a 422: which was meant?);
+    a JSON value is a string, number or boolean (`true`, `1.5` as written)."""
     labels: dict[str, str] = {}
+
+    def put(key: str, value: str) -> None:
+        if key in labels:
+            raise ValidationFailedError(f"label {key[:80]!r} given twice; give each label once")
+        labels[key] = value
+
     for raw in json_objects or []:
         try:
-            obj = json.loads(raw)
+            obj = json.loads(raw, object_pairs_hook=_unique_pairs)
         except json.JSONDecodeError as exc:
             raise ValidationFailedError(f"labels: not a JSON object ({exc.msg})") from None
+        except RecursionError:
+            raise ValidationFailedError("labels: not a JSON object of labels (nested too deep)") from None
         if not isinstance(obj, dict):
             raise ValidationFailedError("labels: not a JSON object")
-        labels.update({str(k): str(v) for k, v in obj.items()})
+        for k, v in obj.items():
+            if isinstance(v, str):
+                put(k, v)
+            elif isinstance(v, bool | int | float):
+                put(k, json.dumps(v))
+            else:
+                raise ValidationFailedError(
+                    f"label {k[:80]!r}: the value must be a string, number or boolean"
+                )
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ValidationFailedError(f"label {pair!r}: write labels as key=value")
-        labels[key.strip()] = value.strip()
+            raise ValidationFailedError(f"label {pair[:80]!r}: write labels as key=value")
+        put(key.strip(" "), value.strip(" "))  # spaces only: a control character is refused
     return labels
 
 
@@ -114,7 +160,7 @@ class RecurrenceInfo(BaseModel):
     in_window: int
     window_days: int
     first_seen: str
-    first_analysis_id: str
+    first_analysis_id: str | None = Field(description="None for a token without `read` (not its analysis).")
     last_seen: str
     jobs: int
     hosts: int
@@ -128,7 +174,7 @@ class SuspectHostInfo(BaseModel):
     classes: list[str]
     first_seen: str
     last_seen: str
-    latest_analysis_id: str
+    latest_analysis_id: str | None = Field(description="None for a token without `read`.")
 
 
 class FeedbackIn(BaseModel):
@@ -139,6 +185,16 @@ class FeedbackIn(BaseModel):
         default=None, max_length=100, description="The right failure class, when the verdict is `wrong`."
     )
     comment: str | None = Field(default=None, max_length=4000)
+
+    @field_validator("correct_class")
+    @classmethod
+    def _class(cls, v: str | None) -> str | None:
+        return v if v is None else no_control(v, "value")
+
+    @field_validator("comment")
+    @classmethod
+    def _comment(cls, v: str | None) -> str | None:
+        return v if v is None else no_control(v, "value", CONTROL_IN_TEXT)
 
 
 class FeedbackOut(BaseModel):

@@ -45,6 +45,8 @@ def _watch_parent(parent: int) -> None:
 def _worker(host: str, port: int, log_level: str, parent: int) -> None:
     import uvicorn
 
+    from app.api.protocol import uvicorn_http
+
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     sock = _bind(host, port)
     sock.listen(2048)
@@ -54,6 +56,7 @@ def _worker(host: str, port: int, log_level: str, parent: int) -> None:
         log_level=log_level,
         proxy_headers=True,
         timeout_graceful_shutdown=30,
+        http=uvicorn_http(),  # request heads bounded: 431, not unbounded memory
     )
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -8,31 +8,36 @@ Two shapes are accepted on ``POST /api/v1/analyses``:
   part and metadata fields.
 
 Bytes are hashed while they are written (in a worker thread, 1 MiB at a time) and counted
-against the upload limit, which ends the request with 413 as soon as it is crossed.
+against the upload limit and the temporary-disk limit, which end the request with 413 as soon as
+one is crossed. A body that sends nothing for `LOGTRIAGE_BODY_TIMEOUT` seconds ends it with 408.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from fastapi import Request
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 
+from app.db.repo import JobMeta
 from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
 from app.errors import (
     InputError,
     LogtriageError,
     PayloadTooLargeError,
+    RequestTimeoutError,
     UnsupportedMediaError,
     ValidationFailedError,
 )
-from app.pipeline import InputFile
+from app.service.jobs import InputFile, ScanJob
 
 FLUSH_BYTES = 1 << 20
 MEMORY_BYTES = FLUSH_BYTES  # a request body up to this size is passed on in memory
@@ -52,15 +57,21 @@ ENCODINGS = {"", "identity", "gzip", "x-gzip", "zstd"}
 LOG_PARTS = {"log", "logs", "file", "files"}
 CONFIG_PART = "config"
 META_FIELDS = {"job_id", "framework", "exit_code", "host", "label", "labels", "source", "filename"}
+# the web page's form (without JavaScript): its CSRF token, and the paste box as a log
+FORM_FIELDS = {"csrf_token"}
+PASTE_PART = "text"
 MAX_FILES = 64
 MAX_FIELDS = 64
 MAX_FIELD_BYTES = 64 << 10
 MAX_CONFIG_BYTES = 1 << 20
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
+# control characters (C0, DEL, C1), bidi overrides and isolates (a name that reads backwards
+# in a page), lone surrogates; every script, emoji (with their joiners) and combining mark stays
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def safe_name(raw: str | None, default: str) -> str:
-    """The base name of an uploaded file, without directories or control characters."""
+    """The base name of an uploaded file, without directories or control characters, at most
+    200 characters."""
     if not raw:
         return default
     name = _UNSAFE.sub("", raw.replace("\\", "/").rsplit("/", 1)[-1]).strip()
@@ -70,8 +81,9 @@ def safe_name(raw: str | None, default: str) -> str:
 
 
 class _Budget:
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, tmp_limit: int = 0) -> None:
         self.limit = limit
+        self.tmp_limit = tmp_limit  # the spool is temporary disk too (LOGTRIAGE_MAX_TMP_BYTES)
         self.used = 0
 
     def take(self, n: int) -> None:
@@ -81,6 +93,49 @@ class _Budget:
                 f"request body over the upload limit of {human_bytes(self.limit)} "
                 "(LOGTRIAGE_MAX_UPLOAD_BYTES); compress the log (gzip/zstd) or send its tail"
             )
+        if self.tmp_limit and self.used > self.tmp_limit:
+            raise PayloadTooLargeError(
+                f"request body over the temporary disk an upload may take, {human_bytes(self.tmp_limit)} "
+                "(LOGTRIAGE_MAX_TMP_BYTES); compress the log (gzip/zstd) or send its tail"
+            )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the server's settings allow a request body (read from the app's settings, so every
+    route that receives an upload, API or web form, gets the same)."""
+
+    tmp_bytes: int = 0
+    body_timeout: float = 0.0
+
+    @classmethod
+    def of(cls, request: Request) -> Limits:
+        settings = getattr(request.app.state, "settings", None)
+        if settings is None:
+            return cls()
+        return cls(tmp_bytes=settings.max_tmp_bytes, body_timeout=settings.body_timeout)
+
+
+async def body_chunks(request: Request, timeout: float) -> AsyncIterator[bytes]:
+    """The request body as it arrives; a client that sends nothing for `timeout` seconds ends
+    the request with 408 (it would otherwise hold a connection and a spool file for ever)."""
+    stream = request.stream().__aiter__()
+    while True:
+        try:
+            if timeout > 0:
+                async with asyncio.timeout(timeout):
+                    chunk = await anext(stream)
+            else:
+                chunk = await anext(stream)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"the request body stalled: nothing arrived for {timeout:g} s "
+                "(LOGTRIAGE_BODY_TIMEOUT); send the upload again"
+            ) from None
+        if chunk:
+            yield chunk
 
 
 class _Sink:
@@ -172,35 +227,51 @@ def _check_encoding(request: Request) -> str:
     return "gzip" if enc == "x-gzip" else enc
 
 
-def check_declared_length(request: Request, limit: int) -> None:
+def check_declared_length(
+    request: Request, limit: int, *, setting: str = "LOGTRIAGE_MAX_UPLOAD_BYTES"
+) -> None:
     length = request.headers.get("content-length")
     if length and length.isdigit() and limit and int(length) > limit:
         raise PayloadTooLargeError(
             f"request body of {human_bytes(int(length))} is over the upload limit of {human_bytes(limit)} "
-            "(LOGTRIAGE_MAX_UPLOAD_BYTES); compress the log (gzip/zstd) or send its tail"
+            f"({setting}); compress the log (gzip/zstd) or send its tail"
         )
 
 
-async def receive(request: Request, *, spool: Path, limit: int, raw_name: str | None) -> Upload:
-    """Spool the request body; raises LogtriageErrors (415, 413, 400, 422) on bad input."""
+async def receive(
+    request: Request, *, spool: Path, limit: int, raw_name: str | None, form: bool = False
+) -> Upload:
+    """Spool the request body; raises LogtriageErrors (415, 413, 400, 422) on bad input.
+
+    `form`: the body is the web page's own form (sent without JavaScript): empty file inputs
+    are left out, the paste box counts as a log, and the CSRF field is accepted."""
     try:
-        return await _receive(request, spool=spool, limit=limit, raw_name=raw_name)
+        return await _receive(request, spool=spool, limit=limit, raw_name=raw_name, form=form)
     except ClientDisconnect:
         raise InputError("the client disconnected before the upload was complete") from None
 
 
-async def _receive(request: Request, *, spool: Path, limit: int, raw_name: str | None) -> Upload:
+async def _receive(
+    request: Request, *, spool: Path, limit: int, raw_name: str | None, form: bool = False
+) -> Upload:
+    limits = Limits.of(request)
     check_declared_length(request, limit)
+    check_declared_length(request, limits.tmp_bytes, setting="LOGTRIAGE_MAX_TMP_BYTES")
     ctype, params = _media_type(request)
     encoding = _check_encoding(request)
+    budget = _Budget(limit, limits.tmp_bytes)
     if ctype == "multipart/form-data":
         if encoding not in ("", "identity"):
             raise UnsupportedMediaError(
                 "a multipart body cannot carry Content-Encoding; compress each file instead"
             )
-        return await _receive_multipart(request, spool=spool, limit=limit, params=params)
+        return await _receive_multipart(
+            request, spool=spool, budget=budget, params=params, form=form, timeout=limits.body_timeout
+        )
     if ctype in RAW_TYPES or ctype.startswith("text/"):
-        return await _receive_raw(request, spool=spool, limit=limit, encoding=encoding, name=raw_name)
+        return await _receive_raw(
+            request, spool=spool, budget=budget, encoding=encoding, name=raw_name, timeout=limits.body_timeout
+        )
     raise UnsupportedMediaError(
         f"Content-Type {ctype!r} is not accepted; send the log as text/plain (optionally with "
         "Content-Encoding: gzip or zstd) or as multipart/form-data with `log` file parts"
@@ -208,15 +279,12 @@ async def _receive(request: Request, *, spool: Path, limit: int, raw_name: str |
 
 
 async def _receive_raw(
-    request: Request, *, spool: Path, limit: int, encoding: str, name: str | None
+    request: Request, *, spool: Path, budget: _Budget, encoding: str, name: str | None, timeout: float
 ) -> Upload:
-    budget = _Budget(limit)
     display = safe_name(name, "job.log")
     sink = _Sink(spool / "in-0", name=display)
     try:
-        async for chunk in request.stream():
-            if not chunk:
-                continue
+        async for chunk in body_chunks(request, timeout):
             budget.take(len(chunk))
             sink.feed(chunk)
             await sink.flush()
@@ -237,8 +305,9 @@ async def _receive_raw(
 
 
 class _MultipartState:
-    def __init__(self, spool: Path) -> None:
+    def __init__(self, spool: Path, *, form: bool = False) -> None:
         self.spool = spool
+        self.form = form
         self.header_field = bytearray()
         self.header_value = bytearray()
         self.headers: dict[str, bytes] = {}
@@ -283,6 +352,9 @@ class _MultipartState:
             self.fail(InputError("a multipart part has no `Content-Disposition: form-data; name=...`"))
             self.kind = "skip"
             return
+        if self.form and name == PASTE_PART and fname is None:
+            fname = "pasted.log"  # a browser form's paste box: a log like any other
+            name = "log"
         if name in LOG_PARTS:
             n_logs = sum(1 for k, _ in self.sinks if k == "log")
             if n_logs >= MAX_FILES:
@@ -303,7 +375,7 @@ class _MultipartState:
             )
             self.sinks.append(("config", self.sink))
             self.kind = "config"
-        elif name in META_FIELDS and fname is None:
+        elif (name in META_FIELDS or (self.form and name in FORM_FIELDS)) and fname is None:
             self.n_fields += 1
             if self.n_fields > MAX_FIELDS:
                 self.fail(ValidationFailedError(f"at most {MAX_FIELDS} form fields"))
@@ -344,12 +416,18 @@ class _MultipartState:
 
 
 async def _receive_multipart(
-    request: Request, *, spool: Path, limit: int, params: dict[bytes, bytes]
+    request: Request,
+    *,
+    spool: Path,
+    budget: _Budget,
+    params: dict[bytes, bytes],
+    form: bool = False,
+    timeout: float = 0.0,
 ) -> Upload:
     boundary = params.get(b"boundary")
     if not boundary:
         raise InputError("multipart/form-data without a boundary parameter")
-    st = _MultipartState(spool)
+    st = _MultipartState(spool, form=form)
     parser = MultipartParser(
         boundary,
         {
@@ -363,11 +441,8 @@ async def _receive_multipart(
             "on_end": st.on_end,
         },
     )
-    budget = _Budget(limit)
     try:
-        async for chunk in request.stream():
-            if not chunk:
-                continue
+        async for chunk in body_chunks(request, timeout):
             budget.take(len(chunk))
             try:
                 parser.write(chunk)
@@ -383,6 +458,11 @@ async def _receive_multipart(
                     await sink.flush(force=sink is not st.sink and budget.used > MEMORY_BYTES)
         if not st.ended:
             raise InputError("truncated multipart body (no closing boundary)")
+        if form:  # a form sends its empty file inputs and an empty paste box too
+            for _k, sink in [(k, s) for k, s in st.sinks if s.size == 0]:
+                sink.abort()
+                sink.path.unlink(missing_ok=True)
+            st.sinks = [(k, s) for k, s in st.sinks if s.size > 0]
         up = Upload(fields=st.fields)
         for kind, sink in st.sinks:
             sha = await sink.close(in_memory=budget.used <= MEMORY_BYTES)
@@ -402,3 +482,46 @@ async def _receive_multipart(
         empty = next(s.name for k, s in st.sinks if k == "log" and s.size == 0)
         raise InputError(f"{empty}: the log is empty")
     return up
+
+
+@dataclass(frozen=True)
+class Intake:
+    """An upload made ready to analyse: the job, what the hook said about it, a request digest
+    (the idempotency check compares it)."""
+
+    job: ScanJob
+    meta: JobMeta
+    digest: str
+
+
+def intake_of(upload: Upload, *, query: dict[str, Any], labels: list[str], source: str) -> Intake:
+    """Metadata from the query and the form fields (a field wins), validated; every edge that
+    receives an upload (REST, web form) builds its job here."""
+    from app.api.schemas import parse_labels, validate_metadata
+
+    fields = upload.fields
+    data: dict[str, Any] = {**query, "source": source}
+    for name in ("job_id", "framework", "exit_code", "host", "source", "labels"):
+        if len(fields.get(name, [])) > 1:  # which one would be meant? (`label` is the one that repeats)
+            raise ValidationFailedError(f"form field {name!r} given {len(fields[name])} times; give it once")
+    for name in ("job_id", "framework", "exit_code", "host", "source"):
+        if fields.get(name):
+            data[name] = fields[name][-1]
+    data["labels"] = parse_labels([*labels, *fields.get("label", [])], fields.get("labels"))
+    data = {k: v for k, v in data.items() if v is not None and v != ""}
+    meta = validate_metadata(data)
+    digest = hashlib.sha256(
+        json.dumps({"parts": upload.parts, "meta": meta.model_dump()}, sort_keys=True).encode()
+    ).hexdigest()
+    job = ScanJob(
+        files=tuple(upload.files), config=upload.config, framework=meta.framework, exit_code=meta.exit_code
+    )
+    job_meta = JobMeta(
+        source=meta.source,
+        job_id=meta.job_id,
+        framework=meta.framework,
+        exit_code=meta.exit_code,
+        host=meta.host,
+        labels=meta.labels,
+    )
+    return Intake(job, job_meta, digest)

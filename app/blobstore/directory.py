@@ -47,6 +47,15 @@ class DirectoryBlobStore:
     def open(self, sha256: str) -> BinaryIO:
         return decompressing(self.path_of(sha256).open("rb"))
 
+    def open_at(self, sha256: str, compressed_offset: int) -> BinaryIO:
+        raw = self.path_of(sha256).open("rb")
+        try:
+            raw.seek(compressed_offset)
+        except BaseException:
+            raw.close()
+            raise
+        return decompressing(raw)
+
     def exists(self, sha256: str) -> bool:
         return self.path_of(sha256).is_file()
 

@@ -8,7 +8,9 @@ workers write them, the server commits them) and uploaded on ``commit``:
   with one conditional PUT (``If-None-Match: *``: exactly one committer sees them as new);
 - large blobs stream from the staging file as a multipart upload (``PART_SIZE`` parts, at most
   ``UPLOAD_CONCURRENCY`` in flight); the object appears only when the upload completes;
-- reads are ranged GETs of ``READ_BUFFER`` bytes each, decompressed as they arrive.
+- reads are ranged GETs of ``READ_BUFFER`` bytes each, decompressed as they arrive; a read from
+  a frame (``open_at``, the log viewer) is one GET of the object from that offset on, streamed
+  in ``SEEK_CHUNK`` pieces and dropped once the caller has what it needs.
 
 ``obstore`` is imported only when an s3:// URL is configured (extra ``logtriage[s3]``).
 Credentials come from the standard AWS environment (``AWS_ACCESS_KEY_ID``,
@@ -42,6 +44,7 @@ PART_SIZE = 8 << 20  # multipart part size; 10,000 parts allow 80 GB objects
 SINGLE_PUT_MAX = PART_SIZE  # at most this many bytes are read into memory for a one-request PUT
 UPLOAD_CONCURRENCY = 4  # parts in flight: upload memory stays under PART_SIZE * this
 READ_BUFFER = 8 << 20  # bytes per ranged GET while reading
+SEEK_CHUNK = 256 << 10  # pieces of an `open_at` stream: a viewer needs well under a frame
 ATTRIBUTES = {"Content-Type": "application/zstd"}
 
 
@@ -208,6 +211,19 @@ class S3BlobStore:
             raise self._missing(key) from None
         return decompressing(io.BufferedReader(_ObjectReader(self, key, reader), buffer_size=1 << 20))
 
+    def open_at(self, sha256: str, compressed_offset: int) -> BinaryIO:
+        import obstore
+
+        key = blob_key(sha256)
+        options: dict[str, Any] = {"range": {"offset": compressed_offset}} if compressed_offset else {}
+        try:
+            with self._mapped("read", key, missing_ok=True):
+                result = obstore.get(self._store(), key, options=options or None)  # type: ignore[arg-type]
+                stream = result.stream(min_chunk_size=SEEK_CHUNK)
+        except FileNotFoundError:
+            raise self._missing(key) from None
+        return decompressing(io.BufferedReader(_StreamReader(self, key, stream), buffer_size=SEEK_CHUNK))
+
     def exists(self, sha256: str) -> bool:
         key = blob_key(sha256)
         with self._mapped("head", key, missing_ok=True):
@@ -271,4 +287,38 @@ class _ObjectReader(io.RawIOBase):
         if not self.closed:
             with contextlib.suppress(Exception):
                 self._reader.close()
+        super().close()
+
+
+class _StreamReader(io.RawIOBase):
+    """The chunks of one streamed GET as a raw stream whose errors are the app's."""
+
+    def __init__(self, owner: S3BlobStore, key: str, stream: Any) -> None:
+        self._owner = owner
+        self._key = key
+        self._stream = stream
+        self._left = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any, /) -> int:
+        view = memoryview(buffer).cast("B")
+        if not self._left:
+            try:
+                with self._owner._mapped("read", self._key, missing_ok=True):
+                    chunk = next(self._stream, None)
+            except FileNotFoundError:
+                raise self._owner._missing(self._key) from None
+            if chunk is None:
+                return 0
+            self._left = memoryview(chunk).cast("B")
+        n = min(len(view), len(self._left))
+        view[:n] = self._left[:n]
+        self._left = self._left[n:]
+        return n
+
+    def close(self) -> None:
+        self._stream = iter(())  # drops the response: the rest of the object is never read
+        self._left = memoryview(b"")
         super().close()

@@ -121,6 +121,11 @@ class Blob(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     stored_size: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # where to enter the compressed blob: its independent zstd frames, each as
+    # [uncompressed offset, compressed offset, newlines before it], then the end as
+    # [size, stored size, newlines, lines] (app.blobstore.base.FrameIndex); None for a blob
+    # stored as one frame (before 0003) or already stored when the upload came: read from the start
+    line_index: Mapped[list[list[int]] | None] = mapped_column(JSON)
 
 
 class Analysis(Base):
@@ -128,6 +133,7 @@ class Analysis(Base):
     __table_args__ = (
         UniqueConstraint("idempotency_scope", "idempotency_key"),
         Index("ix_analyses_fingerprint_created", "fingerprint", "created_at"),
+        Index("ix_analyses_root_rule_created", "root_rule_id", "created_at"),
     )
 
     id: Mapped[str] = mapped_column(String(26), primary_key=True)  # ULID: sorts by creation time
@@ -158,6 +164,7 @@ class Analysis(Base):
     root_class: Mapped[str | None] = mapped_column(String(100), index=True)
     root_kind: Mapped[str | None] = mapped_column(String(32), index=True)
     root_rule_id: Mapped[str | None] = mapped_column(String(100))
+    root_title: Mapped[str | None] = mapped_column(String(300))  # searched by the history page
     fingerprint: Mapped[str | None] = mapped_column(String(32))
     framework_detected: Mapped[str | None] = mapped_column(String(32), index=True)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)

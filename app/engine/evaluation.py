@@ -3,10 +3,18 @@
 `tests/corpus/manifest.yaml` lists each log with its expected class (`unknown` for negatives:
 healthy runs, ordinary user bugs, near-misses). The prediction is the root cause's class, or
 `unknown` when there is none.
+
+Device corpora (`tests/corpus/<name>/cases.yaml`: real multi-rank runs with the script that made
+them) also state, for hangs, desyncs and stragglers, the rank(s) a correct report names and the
+phase it stopped in. Each case is scored three ways: torchrun's combined console log, the per-rank
+files alone, and the console with the run's artifacts (py-spy dumps, flight-recorder dumps). The
+named ranks are the timeline's lead verdict's (else the root cause's) and must equal the expected
+ones: naming every rank does not count.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +35,53 @@ class Case:
     predicted: str
     source: str = ""
     split: str = "real"
+    confidence: float | None = None  # of the root cause, when one was named
+
+
+@dataclass
+class TimelineCase:
+    corpus: str
+    case: str
+    variant: str  # console | ranks | artifacts
+    expected: str
+    predicted: str
+    lagging: list[int]
+    named: list[int]
+    phase: str | None
+    expected_phase: str | None
+    verdict: str = ""
+
+    @property
+    def scored(self) -> bool:
+        return bool(self.lagging)
+
+    @property
+    def rank_ok(self) -> bool:
+        return set(self.named) == set(self.lagging)
+
+    @property
+    def phase_ok(self) -> bool:
+        return self.phase == self.expected_phase
 
 
 @dataclass
 class Report:
     cases: list[Case] = field(default_factory=list)
+    timeline: list[TimelineCase] = field(default_factory=list)
+
+    def timeline_scores(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for corpus in sorted({c.corpus for c in self.timeline}):
+            rows = [c for c in self.timeline if c.corpus == corpus]
+            scored = [c for c in rows if c.scored]
+            out[corpus] = {
+                "runs": len(rows),
+                "class_ok": sum(c.expected == c.predicted for c in rows),
+                "scored": len(scored),
+                "rank_ok": sum(c.rank_ok for c in scored),
+                "phase_ok": sum(c.phase_ok for c in scored),
+            }
+        return out
 
     @property
     def accuracy(self) -> float:
@@ -61,13 +111,38 @@ class Report:
             out[name] = round(sum(c.expected == c.predicted for c in cases) / len(cases), 4)
         return out
 
+    def calibration(self, bands: tuple[float, ...] = (0.35, 0.5, 0.7, 0.85, 1.0)) -> list[dict[str, Any]]:
+        """Reliability: for root causes named with confidence in each band, how often they were
+        right. A calibrated library is right about as often as it says."""
+        out = []
+        named = [(c, c.confidence) for c in self.cases if c.confidence is not None]
+        for lo, hi in itertools.pairwise(bands):
+            inside = [(c, x) for c, x in named if lo <= x < hi or (hi == bands[-1] and x == hi)]
+            right = sum(c.expected == c.predicted for c, _ in inside)
+            out.append(
+                {
+                    "band": f"{lo:.2f}-{hi:.2f}",
+                    "cases": len(inside),
+                    "stated": round(sum(x for _, x in inside) / len(inside), 3) if inside else None,
+                    "observed": round(right / len(inside), 3) if inside else None,
+                }
+            )
+        return out
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "cases": len(self.cases),
             "accuracy": round(self.accuracy, 4),
             "accuracy_by_split": self.by_split(),
             "per_class": self.per_class(),
+            "calibration": self.calibration(),
             "errors": [c.__dict__ for c in self.cases if c.expected != c.predicted],
+            "timeline": self.timeline_scores(),
+            "timeline_errors": [
+                c.__dict__
+                for c in self.timeline
+                if c.expected != c.predicted or (c.scored and not (c.rank_ok and c.phase_ok))
+            ],
         }
 
 
@@ -103,8 +178,63 @@ def evaluate_corpus(compiled: CompiledLibrary, corpus: Path, *, split: str | Non
         a = triage(sources=sources, compiled=compiled, options=opts)
         predicted = a.root_cause.failure_class if a.root_cause else "unknown"
         label = ", ".join(str((base / f).relative_to(corpus)) for f in files)
-        report.cases.append(Case(label, e["expected_class"], predicted, e.get("source", ""), name))
+        conf = a.root_cause.confidence if a.root_cause else None
+        report.cases.append(Case(label, e["expected_class"], predicted, e.get("source", ""), name, conf))
+    for cases_file in sorted(corpus.glob("*/cases.yaml")):
+        if split and cases_file.parent.name != split:
+            continue
+        report.timeline += evaluate_cases(compiled, cases_file)
     return report
+
+
+def _named(a: Any) -> tuple[list[int], str | None, str]:
+    """The ranks and phase the report names: its lead timeline verdict's, else the root cause's
+    ranks and the phase of the first of them."""
+    tl = a.timeline or {}
+    v = tl.get("verdict") or {}
+    ranks = list(v.get("ranks") or [])
+    if not ranks and a.root_cause is not None:
+        ranks = list(a.root_cause.ranks)
+    phase = v.get("phase") if v.get("ranks") else None
+    if phase is None:
+        by_rank = {r["rank"]: r for r in tl.get("ranks") or []}
+        phase = next((by_rank[r]["phase"] for r in ranks if r in by_rank and by_rank[r]["phase"]), None)
+    return ranks, phase, v.get("summary", "")
+
+
+def evaluate_cases(compiled: CompiledLibrary, cases_file: Path) -> list[TimelineCase]:
+    base = cases_file.parent
+    data = yaml.safe_load(cases_file.read_text(encoding="utf-8")) or {}
+    out: list[TimelineCase] = []
+    for c in data.get("cases") or []:
+        d = base / c["dir"]
+        logs = [f for f in c.get("files", []) if f != "console.log"]
+        extra = [f for f in c.get("artifacts") or [] if f != "run.txt"]
+        variants = {"console": ["console.log"], "ranks": logs}
+        if extra:
+            variants["artifacts"] = ["console.log", *extra]
+        for vname, names in variants.items():
+            files = [d / f for f in names if (d / f).is_file()]
+            if not files:
+                continue
+            sources, _ = collect_sources([str(f) for f in files])
+            a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+            ranks, phase, summary = _named(a)
+            out.append(
+                TimelineCase(
+                    corpus=base.name,
+                    case=c["dir"],
+                    variant=vname,
+                    expected=c["expected_class"],
+                    predicted=a.root_cause.failure_class if a.root_cause else "unknown",
+                    lagging=list(c.get("lagging_ranks") or []),
+                    named=ranks,
+                    phase=phase,
+                    expected_phase=c.get("phase"),
+                    verdict=summary,
+                )
+            )
+    return out
 
 
 def format_report(r: Report) -> str:
@@ -113,8 +243,35 @@ def format_report(r: Report) -> str:
     lines.append(f"{'class':36} {'precision':>9} {'recall':>7} {'n':>4}")
     for cls, m in r.per_class().items():
         lines.append(f"{cls:36} {m['precision']:9.2f} {m['recall']:7.2f} {int(m['support']):4d}")
+    lines += [
+        "",
+        "calibration (root causes named, by stated confidence):",
+        f"{'band':12} {'cases':>5} {'stated':>7} {'observed':>8}",
+    ]
+    for b in r.calibration():
+        stated = f"{b['stated']:.2f}" if b["stated"] is not None else "-"
+        observed = f"{b['observed']:.2f}" if b["observed"] is not None else "-"
+        lines.append(f"{b['band']:12} {b['cases']:5d} {stated:>7} {observed:>8}")
     wrong = [c for c in r.cases if c.expected != c.predicted]
     if wrong:
         lines += ["", "misclassified:"]
         lines += [f"  {c.file}: expected {c.expected}, got {c.predicted}" for c in wrong]
+    if r.timeline:
+        lines += ["", "device corpora (each case as console log, per-rank files, console + artifacts):"]
+        for corpus, sc in r.timeline_scores().items():
+            lines.append(
+                f"  {corpus}: class {sc['class_ok']}/{sc['runs']}; on the {sc['scored']} hang/desync/"
+                f"straggler runs the right rank(s) named {sc['rank_ok']}/{sc['scored']}, "
+                f"the phase {sc['phase_ok']}/{sc['scored']}"
+            )
+        for c in r.timeline:
+            bad = []
+            if c.expected != c.predicted:
+                bad.append(f"class {c.predicted} (expected {c.expected})")
+            if c.scored and not c.rank_ok:
+                bad.append(f"named rank(s) {c.named or 'none'} (expected {c.lagging})")
+            if c.scored and not c.phase_ok:
+                bad.append(f"phase {c.phase} (expected {c.expected_phase})")
+            if bad:
+                lines.append(f"    {c.corpus}/{c.case} [{c.variant}]: " + "; ".join(bad))
     return "\n".join(lines)

@@ -2,7 +2,10 @@
 
 Compression is detected by magic bytes (not by file name), so a renamed `.log` that is really
 gzip still works. Every stream counts the (decompressed) bytes it yields and stops with a clear
-error at the configured limit, which also defuses decompression bombs.
+error at the configured limit. A zstd stream that ends inside a frame is an error (zstd's own
+reader ends quietly there; gzip's raises). The service also passes a `Guard`: a compressed
+stream may not expand past a ratio of the compressed bytes read so far (bombs stop within the
+first MiBs, before anything is written), and samples of the whole stream must look like text.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from app.errors import InputError, InputTooLargeError
+from app.errors import InputError, InputTooLargeError, LogtriageError, UnsupportedMediaError
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -42,9 +45,17 @@ class Source:
         return self.path is not None and sniff_compression(self.path) is None
 
 
+# torchrun --log-dir: <dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log (the web page
+# uploads a folder's files with "__" for "/"); the number is the rank local to its node
+_TORCHRUN_LOG = re.compile(r"(?:^|/|_)attempt_\d+(?:/|__)(\d+)(?:/|__)(?:stdout|stderr|error)\.(?:log|json)$")
+
+
 def rank_from_name(name: str) -> int | None:
     m = _RANK_IN_NAME.search(Path(name).name)
-    return int(m.group(1)) if m else None
+    if m:
+        return int(m.group(1))
+    t = _TORCHRUN_LOG.search(name.replace("\\", "/"))
+    return int(t.group(1)) if t else None
 
 
 def sniff_compression(path: Path) -> str | None:
@@ -57,10 +68,26 @@ def sniff_compression(path: Path) -> str | None:
     return None
 
 
-def _looks_binary(path: Path) -> bool:
+def _binary_head(path: Path) -> str | None:
+    """Why a plain file's first 4 KiB are not text (None: text, or compressed)."""
     with path.open("rb") as fh:
-        head = fh.read(8192)
-    return b"\x00" in head and sniff_compression(path) is None
+        head = fh.read(SAMPLE_BYTES)
+    if head.startswith((GZIP_MAGIC, ZSTD_MAGIC)):
+        return None
+    return binary_reason(head)
+
+
+def _looks_binary(path: Path) -> bool:
+    return _binary_head(path) is not None
+
+
+def _flight_source(path: Path) -> Source | None:
+    """A PyTorch flight-recorder dump (a pickle) read as its text rendition (app.engine.flight)."""
+    from app.engine import flight
+
+    rank = rank_from_name(str(path))
+    text = flight.read_dump(path, rank=rank)
+    return Source(name=str(path), stream=io.BytesIO(text), rank_hint=rank) if text is not None else None
 
 
 def collect_sources(inputs: list[str], *, stdin: BinaryIO | None = None) -> tuple[list[Source], list[str]]:
@@ -78,11 +105,25 @@ def collect_sources(inputs: list[str], *, stdin: BinaryIO | None = None) -> tupl
                 raise InputError(f"{item}: directory holds no files")
             for f in files:
                 if _looks_binary(f):
+                    dump = _flight_source(f)
+                    if dump is not None:
+                        sources.append(dump)
+                        continue
                     warnings.append(f"{f}: skipped, binary file")
                     continue
-                sources.append(Source(name=str(f), path=f, rank_hint=rank_from_name(f.name)))
+                sources.append(Source(name=str(f), path=f, rank_hint=rank_from_name(str(f))))
         elif p.is_file():
-            sources.append(Source(name=str(p), path=p, rank_hint=rank_from_name(p.name)))
+            try:
+                why = _binary_head(p)
+            except OSError as exc:
+                raise InputError(f"{item}: cannot open ({exc.strerror})") from None
+            if why is not None:
+                dump = _flight_source(p)
+                if dump is None:
+                    raise UnsupportedMediaError(f"{item}: binary content, not a text log ({why})")
+                sources.append(dump)
+                continue
+            sources.append(Source(name=str(p), path=p, rank_hint=rank_from_name(str(p))))
         elif p.exists():
             raise InputError(f"{item}: not a regular file")
         else:
@@ -93,24 +134,253 @@ def collect_sources(inputs: list[str], *, stdin: BinaryIO | None = None) -> tupl
 
 
 class LimitedReader:
-    """Wraps a readable, counting bytes and enforcing the total-size limit across sources."""
+    """Wraps a readable, counting bytes and enforcing the total-size limit across sources, and
+    what the `Guard` asks: the expansion ratio of a compressed stream (`raw` counts what the
+    decompressor has read) and text samples. At the end of a zstd stream its frames must be
+    complete."""
 
-    def __init__(self, inner: Readable, *, budget: ByteBudget, name: str) -> None:
+    def __init__(
+        self,
+        inner: Readable,
+        *,
+        budget: ByteBudget,
+        name: str,
+        guard: Guard | None = None,
+        raw: _Counted | None = None,
+    ) -> None:
         self._inner = inner
         self._budget = budget
         self._name = name
+        self._raw = raw
+        self._ratio = guard.max_ratio if guard is not None and raw is not None else 0.0
+        self._floor = guard.ratio_floor if guard is not None else 0
+        self._text = TextSampler(name) if guard is not None and guard.check_text else None
+        self.produced = 0
 
     def readinto(self, b: memoryview) -> int:
         try:
             n = self._inner.readinto(b) or 0
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise InputError(f"{self._name}: cannot read ({exc})") from None
-        except Exception as exc:  # zstd raises its own ZstdError type
+        except LogtriageError:
+            raise
+        except Exception as exc:  # zstd, zlib and ISA-L raise their own types (ZstdError, IsalError)
             if type(exc).__name__ == "ZstdError":
                 raise InputError(f"{self._name}: corrupt zstd data ({exc})") from None
+            if self._raw is not None:
+                raise InputError(f"{self._name}: corrupt compressed data ({exc})") from None
             raise
         self._budget.take(n, self._name)
+        raw = self._raw
+        if self._text is not None and raw is not None and not self.produced and n >= 4:
+            head = bytes(memoryview(b)[:4])
+            if head.startswith((GZIP_MAGIC, ZSTD_MAGIC)):
+                raise UnsupportedMediaError(
+                    f"{self._name}: compressed twice (gzip or zstd inside gzip or zstd); compress it once"
+                )
+        self.produced += n
+        if self._ratio and raw is not None and self.produced > max(self._floor, self._ratio * raw.count):
+            raise InputTooLargeError(
+                f"{self._name}: expands more than {self._ratio:g} times its compressed size "
+                f"({human_bytes(self.produced)} from {human_bytes(raw.count)} so far), like a "
+                "compression bomb; refused before anything was stored (LOGTRIAGE_MAX_EXPANSION_RATIO)"
+            )
+        if self._text is not None:
+            if n:
+                self._text.feed(memoryview(b)[:n])
+            else:
+                self._text.finish()
+        if not n and self._raw is not None:
+            self._raw.at_end(self._name)
         return n
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What the service asks of an upload besides its size (the CLI reads the user's own files
+    and passes none). `max_ratio`: a compressed stream may expand to at most this many times the
+    compressed bytes read so far, once it is past `ratio_floor` bytes (0 = no ratio check);
+    `check_text`: samples of the whole decompressed stream must look like text."""
+
+    max_ratio: float = 0.0
+    ratio_floor: int = 0
+    check_text: bool = False
+
+
+RATIO_FLOOR = 8 << 20  # a log expanding to less than this is never refused for its ratio
+RAW_STEP = 64 << 10  # compressed bytes handed to a decompressor per read: what the ratio counts
+
+_CONTROL = bytes(b for b in range(32) if b not in (8, 9, 10, 12, 13, 27))  # not in text logs
+_NUL_RUN = re.compile(rb"\x00{16,}")
+SAMPLE_BYTES = 4096
+SAMPLE_EVERY = 256 << 10  # one 4 KiB sample per 256 KiB: ~1.6% of the bytes looked at
+
+
+def binary_reason(sample: bytes) -> str | None:
+    """Why a sample of a stream is not text, or None when it is.
+
+    Runs of NULs are left out (a log a crashed node wrote ends in them). Text has almost no
+    control bytes (tab, backspace, form feed, CR, ESC excepted); bytes that are not UTF-8 count
+    only beside control bytes, so Latin-1 or Shift-JIS logs stay text while random or compressed
+    data (10% control bytes, ~40% invalid UTF-8) does not."""
+    rest = _NUL_RUN.sub(b"", sample) if b"\x00" * 16 in sample else sample
+    if len(rest) < 64:
+        return None
+    control = len(rest) - len(rest.translate(None, _CONTROL))  # a byte loop cost 0.3 ms
+    if control * 10 > len(rest):
+        if rest[1::2].count(0) * 2 > len(rest) * 0.9 or rest[::2].count(0) * 2 > len(rest) * 0.9:
+            return "UTF-16 text; convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"
+        return f"{100 * control // len(rest)}% control bytes"
+    if control * 50 <= len(rest) or rest.isascii():
+        return None
+    invalid = rest.decode("utf-8", "replace").count("\ufffd") - rest.count(b"\xef\xbf\xbd")
+    if (control + invalid) * 10 > len(rest) * 3:
+        return "control bytes and bytes that are not UTF-8"
+    return None
+
+
+def check_text(sample: bytes, name: str) -> None:
+    why = binary_reason(sample)
+    if why is not None:
+        raise UnsupportedMediaError(
+            f"{name}: binary content, not a text log ({why}); send plain text, gzip or zstd "
+            "(archives such as .tar or .zip are not unpacked)"
+        )
+
+
+class TextSampler:
+    """Checks a stream for binary content as it goes by: a sample at the start and every
+    SAMPLE_EVERY bytes after, each SAMPLE_BYTES long (gathered across reads)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.pos = 0  # bytes seen
+        self.next_at = 0  # where the next sample starts
+        self.buf = bytearray()
+
+    def feed(self, data: memoryview | bytes) -> None:
+        n = len(data)
+        i = 0
+        while i < n:
+            if self.next_at > self.pos + i:
+                i = min(n, self.next_at - self.pos)
+                continue
+            take = min(SAMPLE_BYTES - len(self.buf), n - i)
+            self.buf += data[i : i + take]
+            i += take
+            if len(self.buf) >= SAMPLE_BYTES:
+                check_text(bytes(self.buf), self.name)
+                self.buf.clear()
+                self.next_at = self.pos + i - SAMPLE_BYTES + SAMPLE_EVERY
+        self.pos += n
+
+    def finish(self) -> None:
+        if self.buf:
+            check_text(bytes(self.buf), self.name)
+            self.buf.clear()
+
+
+class ZstdFrames:
+    """Walks zstd frame and block headers as the compressed bytes go by, without decompressing,
+    to tell a complete stream from one cut short: zstd's stream reader ends quietly at the end
+    of its input, inside a frame or not (RFC 8878: frame header, blocks up to the last one, an
+    optional checksum; skippable frames)."""
+
+    MAGIC = 0xFD2FB528
+
+    def __init__(self) -> None:
+        self.state = "magic"
+        self.need = 4
+        self.buf = bytearray()
+        self.skip = 0
+        self.checksum = False
+        self.frames = 0
+
+    def feed(self, data: memoryview | bytes) -> None:
+        n = len(data)
+        i = 0
+        while i < n:
+            if self.skip:
+                k = min(self.skip, n - i)
+                self.skip -= k
+                i += k
+                continue
+            k = min(self.need - len(self.buf), n - i)
+            self.buf += data[i : i + k]
+            i += k
+            if len(self.buf) == self.need:
+                header = bytes(self.buf)
+                self.buf.clear()
+                self._header(header)
+
+    def _header(self, h: bytes) -> None:
+        if self.state == "magic":
+            magic = int.from_bytes(h, "little")
+            if magic == self.MAGIC:
+                self.state, self.need = "frame", 1
+            elif magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame: its size follows
+                self.state, self.need = "skippable", 4
+            else:  # not zstd: the decompressor says so; nothing more to walk
+                self.state, self.skip = "garbage", 1 << 62
+        elif self.state == "skippable":
+            self.skip = int.from_bytes(h, "little")
+            self.state, self.need = "magic", 4
+        elif self.state == "frame":
+            fhd = h[0]
+            single = (fhd >> 5) & 1
+            self.checksum = bool(fhd & 4)
+            fcs = (single, 2, 4, 8)[fhd >> 6]
+            self.skip = (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + fcs
+            self.state, self.need = "block", 3
+        elif self.state == "block":
+            value = int.from_bytes(h, "little")
+            last, kind, size = value & 1, (value >> 1) & 3, value >> 3
+            self.skip = 1 if kind == 1 else size  # an RLE block holds one byte
+            if last:
+                self.skip += 4 if self.checksum else 0
+                self.frames += 1
+                self.state, self.need = "magic", 4
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "magic" and not self.buf and not self.skip and self.frames > 0
+
+
+class _Counted(io.RawIOBase):
+    """The compressed bytes as a decompressor reads them: counted, at most RAW_STEP per call (so
+    the count is close to what it has consumed), and walked by `frames` for a zstd stream."""
+
+    def __init__(self, raw: BinaryIO, *, frames: ZstdFrames | None = None) -> None:
+        self._raw = raw
+        self.count = 0
+        self.frames = frames
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any, /) -> int:
+        view = memoryview(buffer).cast("B")[:RAW_STEP]
+        n = (self._raw.readinto(view) or 0) if hasattr(self._raw, "readinto") else _read_into(self._raw, view)
+        self.count += n
+        if self.frames is not None and n:
+            self.frames.feed(view[:n])
+        if not n:
+            self._eof = True
+        return n
+
+    def at_end(self, name: str) -> None:
+        """The decompressed stream ended: a zstd stream must end with a whole frame."""
+        if self.frames is None:
+            return
+        if not self._eof:  # whatever the decompressor left unread still has to be whole frames
+            buf = bytearray(RAW_STEP)
+            while self.readinto(buf):
+                pass
+        if not self.frames.complete:
+            raise InputError(
+                f"{name}: truncated zstd data (the stream ends inside a frame); send the whole file"
+            )
 
 
 @dataclass
@@ -169,6 +439,10 @@ def expand_in_memory(data: bytes, *, limit: int) -> bytes | None:
     elif data.startswith(ZSTD_MAGIC):
         import zstandard
 
+        frames = ZstdFrames()
+        frames.feed(data)
+        if not frames.complete:
+            return None  # cut short: the worker reports it
         reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
     else:
         return data if len(data) <= limit else None
@@ -217,7 +491,7 @@ class OpenedSource:
             fh.close()
 
 
-def open_source(src: Source, *, budget: ByteBudget) -> OpenedSource:
+def open_source(src: Source, *, budget: ByteBudget, guard: Guard | None = None) -> OpenedSource:
     """Open a source for sequential reading, decompressing as its magic bytes say."""
     closer: list[BinaryIO] = []
     if src.path is not None:
@@ -232,8 +506,48 @@ def open_source(src: Source, *, budget: ByteBudget) -> OpenedSource:
         head = src.stream.read(4) or b""
         kind = "gzip" if head.startswith(GZIP_MAGIC) else "zstd" if head.startswith(ZSTD_MAGIC) else None
         raw = io.BufferedReader(_Peeked(head, src.stream))
+    counted = None
+    if kind is None:
+        raw = _flight_rendition(raw, src)
+    if kind is not None:
+        counted = _Counted(raw, frames=ZstdFrames() if kind == "zstd" else None)
+        raw = counted  # type: ignore[assignment]
     inner = _decompressor(raw, kind)
-    return OpenedSource(LimitedReader(inner, budget=budget, name=src.name), kind, closer)
+    reader = LimitedReader(inner, budget=budget, name=src.name, guard=guard, raw=counted)
+    return OpenedSource(reader, kind, closer)
+
+
+def _read_upto(fh: BinaryIO, n: int) -> bytes:
+    parts: list[bytes] = []
+    got = 0
+    while got < n:
+        data = fh.read(n - got)
+        if not data:
+            break
+        parts.append(data)
+        got += len(data)
+    return b"".join(parts)
+
+
+def _flight_rendition(raw: BinaryIO, src: Source) -> BinaryIO:
+    """A PyTorch flight-recorder dump (a pickle: uploads, stdin) as its text rendition; any
+    other stream unchanged. Only a stream that starts like a pickle is read further."""
+    from app.engine import flight
+
+    head = _read_upto(raw, 2)
+    if len(head) < 2 or head[0] != 0x80 or head[1] not in (2, 3, 4, 5):
+        if src.path is not None:
+            raw.seek(0)  # a plain file keeps its unbuffered reader (the scan's fast path)
+            return raw
+        return io.BufferedReader(_Peeked(head, raw)) if head else raw
+    more = _read_upto(raw, 4094)
+    if flight.looks_like_dump(head + more):
+        data = head + more + _read_upto(raw, flight.MAX_DUMP_BYTES + 1 - len(head) - len(more))
+        dump = flight.load(data)
+        if dump is not None:
+            return io.BytesIO(flight.render(dump, rank=src.rank_hint).encode())
+        more = data[2:]
+    return io.BufferedReader(_Peeked(head + more, raw))
 
 
 def file_size(src: Source) -> int | None:

@@ -119,6 +119,20 @@ class Match(Strict):
         return names
 
 
+class Signature(Match):
+    """Another way the same failure shows in a log, with its own confidence.
+
+    Real excerpts hold failures in pieces: only the tail of a long message (Ray's table after
+    an out-of-memory kill, the link line at its end), a continuation line, or the exception
+    type inside a wrapper (`RayTaskError(OutOfMemoryError)`, a ChildFailedError summary, a
+    `what():` line). Each piece is a signature; the main one is the rule's `match`. They are
+    all in the scanner's one multi-pattern pass; a finding's confidence is that of the best
+    signature that matched."""
+
+    name: Annotated[str, Field(pattern=RULE_ID)]
+    confidence: float = Field(gt=0, le=1)
+
+
 class PatchTarget(StrEnum):
     yaml = "yaml"  # a key in the job's YAML config (ROLL, ChatLearn, verl, OpenRLHF yaml)
     hydra = "hydra"  # a dotted Hydra/OmegaConf override on the command line
@@ -143,6 +157,9 @@ class PatchSpec(Strict):
     why: str = Field(min_length=3)
     frameworks: list[Framework] = Field(default_factory=list)
     when: str | None = None  # expression; the patch is offered only when it is true
+    # expression over `value` (the computed value) and the captures: a value failing it is not
+    # offered (a wrong patch costs the user more than none)
+    valid: str | None = None
 
     @model_validator(mode="after")
     def _value_matches_op(self) -> PatchSpec:
@@ -153,6 +170,14 @@ class PatchSpec(Strict):
         if self.target is PatchTarget.cli and not self.path[-1].startswith("-"):
             raise ValueError("a cli patch path ends in the flag itself, e.g. ['--max-tokens-per-gpu']")
         return self
+
+
+class Implausible(Strict):
+    """A value no real run produces: the finding then points at corruption upstream (e.g. ranks
+    disagreeing on a collective) rather than at its face-value class."""
+
+    when: str = Field(min_length=3)  # expression over the finding's captures
+    why: str = Field(min_length=10)
 
 
 class Reference(Strict):
@@ -169,6 +194,18 @@ class FixtureExpect(Strict):
     captures: dict[str, str] = Field(default_factory=dict)
     patch_values: dict[str, str] = Field(default_factory=dict)  # "a.b.c" or "--flag" -> value
     framework: str | None = None
+    signature: str | None = None  # the fixture must match through this signature of the rule
+
+
+# what a triggered rule's remediation may name: the values its trigger captures
+TRIGGER_CAPTURES: dict[str, set[str]] = {
+    "metric_not_finite": {"metric", "value", "step"},
+    "metric_spike": {"metric", "value", "step", "baseline"},
+    "collective_desync": {"ranks", "seq", "summary"},
+    "rank_exited": {"ranks", "seq", "summary"},
+}
+# triggers the timeline's verdicts fire (app.engine.timeline)
+TIMELINE_TRIGGERS = frozenset({"collective_desync", "rank_exited"})
 
 
 class Rule(Strict):
@@ -181,11 +218,23 @@ class Rule(Strict):
     frameworks: list[Framework] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
     match: Match | None = None
+    signatures: list[Signature] = Field(default_factory=list)
     # Rules with a trigger fire on job metadata rather than on log text (e.g. the job reported
     # exit code 0 although the log ends in a fatal error).
-    trigger: Literal["exit_status_masked"] | None = None
+    # Metric triggers fire on the training metrics parsed from the logs' last lines
+    # (app.engine.metrics): a value that is not finite, or a loss/grad-norm spike.
+    trigger: (
+        Literal["exit_status_masked", "metric_not_finite", "metric_spike", "collective_desync", "rank_exited"]
+        | None
+    ) = None
     explains: list[Annotated[str, Field(pattern=CLASS_ID)]] = Field(default_factory=list)
+    # classes this failure is a consequence of when they are present and not later in the log
+    # (an abort after a watchdog timeout): outranks the class relations (app.engine.rank)
+    consequence_of: list[Annotated[str, Field(pattern=CLASS_ID)]] = Field(default_factory=list)
     confidence: float = Field(default=0.8, gt=0, le=1)
+    # what would confirm this cause when the log only suggests it (shown with possible causes)
+    confirm: str | None = None
+    implausible: list[Implausible] = Field(default_factory=list)
     explanation: str = Field(min_length=20)
     remediation: str = Field(min_length=10)
     patches: list[PatchSpec] = Field(default_factory=list)
@@ -198,11 +247,24 @@ class Rule(Strict):
     def _templates_use_known_names(self) -> Rule:
         if (self.match is None) == (self.trigger is None):
             raise ValueError("a rule has exactly one of `match` and `trigger`")
-        names = self.match.group_names() if self.match else set()
-        for name in stdlib_re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", self.remediation):
-            if name not in names:
-                raise ValueError(f"remediation uses {{{name}}} which no pattern captures")
+        if self.signatures and self.match is None:
+            raise ValueError("`signatures` add to `match`: a trigger rule has none")
+        sig_names = [s.name for s in self.signatures]
+        if len(set(sig_names)) != len(sig_names) or "main" in sig_names:
+            raise ValueError("signature names are unique and not `main` (the rule's `match`)")
         return self
+
+    def template_names(self) -> set[str]:
+        """The names its remediation's {placeholders} use."""
+        return set(stdlib_re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", self.remediation))
+
+    def capture_names(self) -> set[str]:
+        if self.match is None:
+            return set(TRIGGER_CAPTURES.get(self.trigger or "", set()))
+        names = self.match.group_names()
+        for s in self.signatures:
+            names |= s.group_names()
+        return names
 
 
 @dataclass(frozen=True)
@@ -368,8 +430,10 @@ def load_rule(path: Path, *, classes: dict[str, FailureClass] | None = None) -> 
     if rule.id != path.stem:
         raise RuleError(f"id {rule.id!r} differs from the file name", file=str(path), field="id")
     if classes is not None:
-        for cls_field, value in [("failure_class", rule.failure_class)] + [
-            ("explains", c) for c in rule.explains
+        for cls_field, value in [
+            ("failure_class", rule.failure_class),
+            *(("explains", c) for c in rule.explains),
+            *(("consequence_of", c) for c in rule.consequence_of),
         ]:
             if value not in classes:
                 raise RuleError(f"{value!r} is not in failure-classes.yaml", file=str(path), field=cls_field)
@@ -378,6 +442,9 @@ def load_rule(path: Path, *, classes: dict[str, FailureClass] | None = None) -> 
 
 def _library_key(root: Path) -> str:
     h = hashlib.sha256(_CACHE_FORMAT.encode())
+    # the schema is this file: a cache pickled by another version of it is another format
+    own = Path(__file__).stat()
+    h.update(f"{own.st_mtime_ns}:{own.st_size};".encode())
     for p in sorted(root.rglob("*.yaml")):
         st = p.stat()
         h.update(f"{p.relative_to(root)}:{st.st_mtime_ns}:{st.st_size};".encode())
@@ -387,7 +454,7 @@ def _library_key(root: Path) -> str:
     return h.hexdigest()[:24]
 
 
-_CACHE_FORMAT = "lib-1"
+_CACHE_FORMAT = "lib-2"
 
 
 def load_library(root: Path | None = None, *, cache_dir: Path | None = None) -> Library:
@@ -434,6 +501,16 @@ def _load_library(root: Path) -> Library:
             raise RuleError(f"duplicate id, also in {seen[lr.rule.id]}", file=str(path), field="id")
         seen[lr.rule.id] = path
         rules.append(lr)
+    facts = _load_facts(root)
+    fact_names = {f.name for f in facts}
+    for lr in rules:
+        # a placeholder is filled from a capture, else from a fact the log states elsewhere
+        for name in sorted(lr.rule.template_names() - lr.rule.capture_names() - fact_names):
+            raise RuleError(
+                f"remediation uses {{{name}}}, which no pattern captures and no fact names",
+                file=str(lr.path),
+                field="remediation",
+            )
     changelog_path = root / "CHANGELOG.md"
     changelog = changelog_path.read_text(encoding="utf-8") if changelog_path.exists() else ""
     return Library(
@@ -442,6 +519,6 @@ def _load_library(root: Path) -> Library:
         rules=rules,
         classes=classes,
         frameworks=_load_frameworks(root),
-        facts=_load_facts(root),
+        facts=facts,
         changelog=changelog,
     )

@@ -75,6 +75,7 @@ class LineContext:
     host: str | None = None
     actor: str | None = None
     repeats: int = 1  # the Ray dedup suffix says how many times this line stands for
+    message: str = ""  # the line after its launcher prefixes
 
     @property
     def where(self) -> str | None:
@@ -134,6 +135,7 @@ def parse_context(text: str, *, max_prefixes: int = 4) -> LineContext:
     rep = _REPEATED.search(rest) if _REPEATED_MARK in rest else None
     if rep:
         ctx.repeats = int(rep.group("n"))
+    ctx.message = rest
     return ctx
 
 

@@ -54,6 +54,22 @@ class Finding(BaseModel):
     patches: list[Patch]
     explained_by: str | None = None  # rule id of the finding this one is a symptom of
     files: list[str] = Field(default_factory=list)
+    # which of the rule's signatures matched: "main" (its `match`) and/or named pieces
+    signatures: list[str] = Field(default_factory=list)
+    # when it was first seen (ISO 8601, UTC), from its evidence lines' timestamps; None without any
+    first_time: str | None = None
+
+
+class PossibleCause(BaseModel):
+    """A cause the log suggests but does not establish (below the root-cause threshold)."""
+
+    failure_class: str
+    kind: str
+    rule_id: str
+    title: str
+    confidence: float = Field(ge=0, le=1)
+    evidence: list[Evidence]
+    confirm: str  # the evidence that would decide it
 
 
 class FrameworkInfo(BaseModel):
@@ -69,4 +85,9 @@ class Analysis(BaseModel):
     next_steps: list[str]
     warnings: list[str]
     config_diff: str | None = None  # unified diff of the user's config with every patch applied
+    # when there is no root cause: what the log suggests, each with what would decide it
+    possible_causes: list[PossibleCause] = Field(default_factory=list)
+    # when, where and why it stopped: per-rank state, collective forensics, metric history,
+    # fail-slow (app.engine.timeline; None when the logs hold nothing to build it from)
+    timeline: dict[str, Any] | None = None
     stats: dict[str, Any] = Field(default_factory=dict)  # bytes, lines, seconds, engine

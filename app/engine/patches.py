@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import io
 import json
+import math
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -165,13 +166,27 @@ def _plain(v: Any) -> Any:
 
 
 def select_specs(specs: Iterable[PatchSpec], frameworks: Sequence[str]) -> list[PatchSpec]:
-    """The detected frameworks' own dialects plus the general remedies; every dialect when
-    nothing was detected (the user may still be on one of them)."""
-    specs = list(specs)
-    if not frameworks:
-        return specs
+    """The detected frameworks' own dialects plus the general remedies; only the general ones
+    when no framework was detected: a flag of a framework the job does not run costs the user
+    more than no patch (name the framework, `--framework`, to see its dialect)."""
     wanted = set(frameworks)
     return [s for s in specs if not s.frameworks or wanted & set(s.frameworks)]
+
+
+def _invalid(spec: PatchSpec, value: Any, scope: Scope) -> str | None:
+    """Why a computed value must not be offered, or None when it may."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"the computed value {value} is not a number"
+    if not spec.valid:
+        return None
+    checked = Scope(captures={**dict(scope.captures), "value": value}, facts=scope.facts, config=scope.config)
+    try:
+        ok = render_template("{" + spec.valid + "}", checked)
+    except Missing:
+        return None  # the check needs a value the log does not state: the patch says so itself
+    except (ExprError, TypeError, ValueError, ZeroDivisionError) as exc:
+        return f"its check failed ({exc})"
+    return None if ok else f"the computed value {value!r} fails `{spec.valid}`"
 
 
 def compute_patches(
@@ -200,6 +215,11 @@ def compute_patches(
             except (ExprError, TypeError, ValueError, ZeroDivisionError) as exc:
                 computed = False
                 note = f"value could not be computed ({exc})"
+        if computed and spec.value is not None:
+            bad = _invalid(spec, value, scope)
+            if bad:
+                problems.append(f"patch {'.'.join(spec.path)} not offered: {bad}")
+                continue
         patch = Patch(
             target=spec.target.value,
             path=list(spec.path),

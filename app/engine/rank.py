@@ -1,16 +1,25 @@
 """Root cause versus symptoms.
 
 Invariants:
-- a finding whose class another present finding *explains* (rule ``explains:`` plus
-  ``rules/class-relations.yaml``) is a symptom, folded under the finding that explains it;
+- a finding that a rule declares a *consequence* of another present class (`consequence_of:`,
+  e.g. the "communicator was aborted" that follows a watchdog timeout) is a symptom of it, when
+  the cause is not later in the same log: the rule's own meaning and the log's order outrank
+  the class relations;
+- otherwise a finding whose class another present finding *explains* (rule ``explains:`` plus
+  ``rules/class-relations.yaml``) is a symptom, folded under the finding that explains it; when
+  two findings explain each other, the one first in the log wins (same file), else the better
+  ranked;
 - among the rest, higher severity wins, then hardware over everything else, then the earliest
-  occurrence, then confidence; ``info`` findings never become the root cause;
-- nothing is guessed: with no candidate the root cause is ``None`` and the caller lists the
-  evidence to collect next.
+  occurrence, then confidence; an ``info`` finding leads only when nothing else is there, at a
+  reduced confidence;
+- nothing is guessed: a root cause needs ``MIN_ROOT_CONFIDENCE``. Below it (or with no
+  candidate at all) the root cause is ``None``; the candidates below the threshold are returned
+  as *possible causes* and the caller lists the evidence to collect next.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from app.engine.library import Library, Severity
@@ -18,6 +27,8 @@ from app.engine.scan import RuleMatch
 
 # Catch-all classes (an unhandled traceback) that any known error of severity >= error explains.
 FALLBACK_CLASSES = {"python.unhandled_exception"}
+MIN_ROOT_CONFIDENCE = 0.35
+INFO_ALONE = 0.6  # an info finding that leads alone keeps this share of its confidence
 
 
 @dataclass
@@ -27,42 +38,80 @@ class Ranked:
     explained_by: str | None = None
     confidence: float = 0.0
     explains: set[str] = field(default_factory=set)
+    possible: bool = False  # a candidate below the threshold: a possible cause, not the root
 
     @property
     def failure_class(self) -> str:
         return self.match.rule.failure_class
 
 
-def _key(r: Ranked, library: Library) -> tuple[int, int, tuple[int, int], float]:
+def _key(r: Ranked, library: Library) -> tuple[int, int, float, tuple[int, int], float]:
     rule = r.match.rule
     hardware = library.kind_of(rule.failure_class) == "hardware"
-    return (-rule.severity.weight, -int(hardware), r.match.first, -rule.confidence)
+    # the earliest by time across ranks' files, where the lines say when; else the log's order
+    t = r.match.first_time if r.match.first_time is not None else math.inf
+    return (-rule.severity.weight, -int(hardware), t, r.match.first, -r.match.confidence)
+
+
+def _not_later(cause: RuleMatch, effect: RuleMatch) -> bool:
+    """The cause is not after the effect: by time when both lines say when, else in the same
+    file by line (different files without times are not ordered)."""
+    if cause.first_time is not None and effect.first_time is not None:
+        return cause.first_time <= effect.first_time
+    return cause.first[0] != effect.first[0] or cause.first <= effect.first
+
+
+def _earlier(a: RuleMatch, b: RuleMatch) -> bool | None:
+    """Whether a comes first (by time, else in the same file); None when unknown."""
+    if a.first_time is not None and b.first_time is not None and a.first_time != b.first_time:
+        return a.first_time < b.first_time
+    if a.first[0] != b.first[0]:
+        return None
+    return a.first < b.first
 
 
 def rank(matches: list[RuleMatch], library: Library) -> list[Ranked]:
-    items = [Ranked(match=m, confidence=m.rule.confidence) for m in matches]
+    items = [Ranked(match=m, confidence=m.confidence) for m in matches]
+    by_class: dict[str, list[Ranked]] = {}
     for r in items:
         fc = library.classes.get(r.failure_class)
         r.explains = set(r.match.rule.explains) | set(fc.explains if fc else ())
         if r.match.rule.severity.weight >= Severity.error.weight:
             r.explains |= FALLBACK_CLASSES  # a known error explains the traceback it raised
         r.explains.discard(r.failure_class)
+        by_class.setdefault(r.failure_class, []).append(r)
+    # a rule that says it is a consequence of a class: that class explains it, never the reverse
+    for r in items:
+        for cause_class in r.match.rule.consequence_of:
+            for o in by_class.get(cause_class, []):
+                if o is not r and _not_later(o.match, r.match):
+                    o.explains.add(r.failure_class)
+                    r.explains.discard(o.failure_class)
     items.sort(key=lambda r: _key(r, library))
 
     # A finding is a symptom of the best-ranked finding that explains its class and is not
-    # itself explained by it (two classes that explain each other: the better-ranked wins).
+    # itself explained by it (two classes that explain each other: the first in the log wins).
     for i, r in enumerate(items):
         for j, o in enumerate(items):
             if o is r or r.failure_class not in o.explains:
                 continue
-            if o.failure_class in r.explains and j > i:
-                continue
+            if o.failure_class in r.explains:
+                first = _earlier(o.match, r.match)
+                if first is False or (first is None and j > i):
+                    continue
             r.role, r.explained_by = "symptom", o.match.rule.id
             break
 
-    candidates = [r for r in items if r.role != "symptom" and r.match.rule.severity is not Severity.info]
-    if candidates:
-        root = candidates[0]
+    unexplained = [r for r in items if r.role != "symptom" and r.failure_class not in FALLBACK_CLASSES]
+    candidates = [r for r in unexplained if r.match.rule.severity is not Severity.info]
+    alone = not candidates
+    if alone:
+        candidates = unexplained  # only info findings: the best may lead, less certain
+    for r in candidates:
+        r.confidence = _confidence(r, items, candidates, alone=alone)
+    leaders = [r for r in candidates if r.confidence >= MIN_ROOT_CONFIDENCE]
+    if leaders:
+        root = leaders[0]
         root.role = "root_cause"
         # Follow chains (ECC -> NCCL error -> NCCL timeout): symptoms of symptoms hang under root.
         by_id = {r.match.rule.id: r for r in items}
@@ -74,22 +123,25 @@ def rank(matches: list[RuleMatch], library: Library) -> list[Ranked]:
                 parent = by_id[parent].explained_by
             if parent and by_id[parent] is root:
                 r.explained_by = root.match.rule.id
-        symptoms = [
-            r
-            for r in items
-            if r.explained_by == root.match.rule.id and r.failure_class not in FALLBACK_CLASSES
-        ]
-        conf = root.match.rule.confidence
-        if symptoms:
-            conf += 0.04  # the expected cascade is present: corroboration
-        rivals = [
-            c for c in candidates[1:] if c.match.rule.severity.weight >= root.match.rule.severity.weight
-        ]
-        if rivals:
-            conf *= 0.85  # another unexplained error of the same weight: less certain
-        if root.match.rule.severity is Severity.warning:
-            conf *= 0.8
-        root.confidence = round(min(conf, 0.99), 2)
+    else:
+        for r in candidates:
+            r.possible = True
     order = {"root_cause": 0, "symptom": 1, "related": 2}
     items.sort(key=lambda r: (order[r.role], _key(r, library)))
     return items
+
+
+def _confidence(r: Ranked, items: list[Ranked], candidates: list[Ranked], *, alone: bool) -> float:
+    conf = r.match.confidence
+    if any(o.explained_by == r.match.rule.id and o.failure_class not in FALLBACK_CLASSES for o in items):
+        conf += 0.04  # the expected cascade is present: corroboration
+    rivals = [
+        c for c in candidates if c is not r and c.match.rule.severity.weight >= r.match.rule.severity.weight
+    ]
+    if rivals and candidates and candidates[0] is r:
+        conf *= 0.85  # another unexplained error of the same weight: less certain
+    if r.match.rule.severity is Severity.warning:
+        conf *= 0.8
+    if alone:
+        conf *= INFO_ALONE
+    return round(min(conf, 0.99), 2)

@@ -147,8 +147,11 @@ def _matcher() -> Matcher:
 KEY_MAX_LINES = 200  # a PEM key body is ~50 lines; never withhold more after a BEGIN line
 
 
-def redact_stream(src: BinaryIO, *, chunk_size: int = 1 << 20) -> Iterator[bytes]:
-    """Yield the redacted log in line-aligned chunks; bytes outside redacted lines are kept."""
+def redact_stream(
+    src: BinaryIO, *, chunk_size: int = 1 << 20, counts: Counter[str] | None = None
+) -> Iterator[bytes]:
+    """Yield the redacted log in line-aligned chunks; bytes outside redacted lines are kept.
+    `counts` (when given) gains one per secret replaced, by kind: the report's redaction summary."""
     matcher = _matcher()
     carry = b""
     key_lines = 0  # lines of a multi-line PEM key body still to withhold
@@ -156,7 +159,7 @@ def redact_stream(src: BinaryIO, *, chunk_size: int = 1 << 20) -> Iterator[bytes
         block = src.read(chunk_size)
         if not block:
             if carry:
-                out, key_lines = _redact_block(carry, matcher, key_lines)
+                out, key_lines = _redact_block(carry, matcher, key_lines, counts)
                 yield out
             return
         block = carry + block
@@ -167,22 +170,24 @@ def redact_stream(src: BinaryIO, *, chunk_size: int = 1 << 20) -> Iterator[bytes
                 continue
             cut = len(block)
         carry = block[cut:]
-        out, key_lines = _redact_block(block[:cut], matcher, key_lines)
+        out, key_lines = _redact_block(block[:cut], matcher, key_lines, counts)
         yield out
 
 
-def _redact_line(line: bytes) -> bytes:
+def _redact_line(line: bytes, counts: Counter[str] | None = None) -> bytes:
     """A candidate line, redacted; checked as the reports will show it (escapes removed) too."""
     text = line.decode("utf-8", "surrogateescape")
     if "\x1b" in text:
         plain = strip_ansi(text)
-        red = redact_text(plain)
+        red = redact_text(plain, counts)
         if red != plain:
             return red.encode("utf-8", "surrogateescape")  # the line loses its colours, not more
-    return redact_text(text).encode("utf-8", "surrogateescape")
+    return redact_text(text, counts).encode("utf-8", "surrogateescape")
 
 
-def _redact_block(block: bytes, matcher: Matcher, key_lines: int) -> tuple[bytes, int]:
+def _redact_block(
+    block: bytes, matcher: Matcher, key_lines: int, counts: Counter[str] | None = None
+) -> tuple[bytes, int]:
     hits: list[tuple[int, int]] = []
     matcher.scan(memoryview(block), hits)
     starts = {block.rfind(b"\n", 0, end) + 1 for _, end in hits}
@@ -198,7 +203,7 @@ def _redact_block(block: bytes, matcher: Matcher, key_lines: int) -> tuple[bytes
         le = block.find(b"\n", ls)
         le = len(block) if le < 0 else le
         out.append(block[pos:ls])
-        out.append(_redact_line(block[ls:le]))
+        out.append(_redact_line(block[ls:le], counts))
         pos = le
         if _KEY_BEGIN_ONLY.search(block, ls, le):
             out.append(block[le : le + 1])

@@ -61,6 +61,10 @@ def run_fixture(compiled: CompiledLibrary, lr: LoadedRule, path: Path) -> CaseRe
                 return CaseResult(rule.id, name, False, f"no patch {k} (have {sorted(values)})")
             if str(values[k]) != str(v):
                 return CaseResult(rule.id, name, False, f"patch {k}={values[k]!r}, want {v!r}")
+        if expect.signature and expect.signature not in hit.signatures:
+            return CaseResult(
+                rule.id, name, False, f"matched through {hit.signatures}, not signature {expect.signature!r}"
+            )
         if expect.framework and (a.framework is None or a.framework.name != expect.framework):
             got_fw = a.framework.name if a.framework else None
             return CaseResult(rule.id, name, False, f"framework {got_fw!r}, want {expect.framework!r}")
@@ -127,6 +131,22 @@ def lint(library: Library, *, cost_sample: bytes | None = None) -> tuple[list[Li
         for name in rule.fixtures:
             if name not in fixtures:
                 issues.append(LintIssue(rule.id, "error", f"`fixtures:` names {name}, which does not exist"))
+        pinned = {e.signature for e in rule.fixtures.values() if e.signature}
+        for sig in rule.signatures:
+            if sig.name not in pinned:
+                issues.append(
+                    LintIssue(
+                        rule.id,
+                        "error",
+                        f"signature {sig.name!r} has no fixture: pin one with "
+                        f"`fixtures: {{<id>.match-…log: {{signature: {sig.name}}}}}`",
+                    )
+                )
+        for name, e in rule.fixtures.items():
+            if e.signature and e.signature not in {s.name for s in rule.signatures} | {"main"}:
+                issues.append(
+                    LintIssue(rule.id, "error", f"fixture {name} pins unknown signature {e.signature}")
+                )
         captures = rule.match.group_names() if rule.match else set()
         for spec in rule.patches:
             # `when` is an expression; a value is literal text outside its {braces}
@@ -178,10 +198,13 @@ def scan_costs(library: Library, sample: bytes, *, repeats: int = 3) -> dict[str
     bases: dict[int, float] = {}
     costs: dict[str, float] = {}
     for lr in library.rules:
-        m = lr.rule.match
-        if m is None:
+        if lr.rule.match is None:
             continue
-        specs = [PatternSpec(p, m.ignore_case) for p in [*m.any, *m.all, *m.not_]]
+        specs = [
+            PatternSpec(p, m.ignore_case)
+            for m in [lr.rule.match, *lr.rule.signatures]
+            for p in [*m.any, *m.all, *m.not_]
+        ]
         n = len(specs)
         if n not in bases:
             bases[n] = timed([PatternSpec(f"zqxj{i}kvwy-no-such-text") for i in range(n)])

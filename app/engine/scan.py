@@ -26,6 +26,7 @@ from app.engine.ingest import ByteBudget, Readable, Source, open_source
 from app.engine.library import Library, Rule
 from app.engine.lines import LineContext, normalise, parse_context
 from app.engine.matcher import Matcher, PatternSpec, build_matcher
+from app.engine.metrics import MetricIssue, MetricPoint, check, metric_text, parse_lines
 
 CHUNK = 256 * 1024
 MAX_VERIFY_CHARS = 16_384
@@ -35,7 +36,8 @@ MAX_LINES = 200_000  # line numbers kept per pattern and file (window checks)
 MAX_SET = 4096  # ranks/hosts kept per pattern and file
 MAX_WARNINGS = 20
 
-EntryRole = Literal["any", "all", "not", "fact", "fw_detect", "fw_version"]
+EntryRole = Literal["any", "all", "not", "probe", "fact", "fw_detect", "fw_version"]
+MAX_PROBE_HITS = 512  # lines kept per probe and file (one or a few per rank and collective)
 
 
 class Entry:
@@ -59,6 +61,18 @@ class Entry:
         return self._rx
 
 
+@dataclass(frozen=True)
+class SignatureIds:
+    """One signature of a rule as entry ids of the pattern table."""
+
+    name: str
+    confidence: float
+    window: int
+    any: list[int]
+    all: list[int]
+    not_: list[int]
+
+
 class CompiledLibrary:
     """The library compiled once: a pattern table and a multi-pattern matcher over it."""
 
@@ -80,16 +94,29 @@ class CompiledLibrary:
             entries.append(Entry(role, owner, text, flags))
             specs.append(PatternSpec(text, ignore_case, single=role in ("fact", "fw_detect", "fw_version")))
 
-        self.rule_entries: dict[str, dict[str, list[int]]] = {}
+        self.rule_entries: dict[str, dict[str, list[int]]] = {}  # the main signature's
+        self.rule_signatures: dict[str, list[SignatureIds]] = {}
         for rule in self.rules:
             if rule.match is None:
                 continue
-            ids: dict[str, list[int]] = {"any": [], "all": [], "not": []}
-            for role, pats in (("any", rule.match.any), ("all", rule.match.all), ("not", rule.match.not_)):
-                for text in pats:
-                    ids[role].append(len(entries))
-                    add(role, rule.id, text, rule.match.ignore_case)  # type: ignore[arg-type]
-            self.rule_entries[rule.id] = ids
+            sigs: list[SignatureIds] = []
+            for name, m, conf in [
+                ("main", rule.match, rule.confidence),
+                *((s.name, s, s.confidence) for s in rule.signatures),
+            ]:
+                ids: dict[str, list[int]] = {"any": [], "all": [], "not": []}
+                for role, pats in (("any", m.any), ("all", m.all), ("not", m.not_)):
+                    for text in pats:
+                        ids[role].append(len(entries))
+                        add(role, rule.id, text, m.ignore_case)  # type: ignore[arg-type]
+                sigs.append(SignatureIds(name, conf, m.window, ids["any"], ids["all"], ids["not"]))
+            self.rule_entries[rule.id] = {"any": sigs[0].any, "all": sigs[0].all, "not": sigs[0].not_}
+            self.rule_signatures[rule.id] = sigs
+        # timeline probes (app.engine.timeline): scanned everywhere, like the rules
+        from app.engine.timeline import PROBES
+
+        for name, text in PROBES.items():
+            add("probe", name, text)
         for fact in library.facts:
             for text in fact.patterns:
                 add("fact", fact.name, text)
@@ -102,7 +129,7 @@ class CompiledLibrary:
         # Rules scan every byte. Facts and framework detectors form a second, "context" matcher
         # that scans only the head and tail of a plain file (see CONTEXT_BYTES): their patterns
         # (path fragments, argument dumps) hit on every chunk and would halve the throughput.
-        n_rules = sum(1 for e in entries if e.role in ("any", "all", "not"))
+        n_rules = sum(1 for e in entries if e.role in ("any", "all", "not", "probe"))
         self.matcher: Matcher = build_matcher(specs[:n_rules], engine=engine, cache_dir=cache_dir)
         self.context_matcher: Matcher | None = (
             build_matcher(specs[n_rules:], engine=engine, cache_dir=cache_dir, id_offset=n_rules)
@@ -175,6 +202,11 @@ class FileScan:
     lines: int = 0
     bytes: int = 0
     warnings: list[str] = field(default_factory=list)
+    # training metrics of the file's last lines (METRIC_TAIL_BYTES), and what looked wrong
+    metrics: list[MetricPoint] = field(default_factory=list)
+    metric_issues: list[tuple[MetricIssue, str]] = field(default_factory=list)  # (issue, line text)
+    probes: dict[str, list[HitRecord]] = field(default_factory=dict)  # timeline probe lines
+    tail: list[tuple[int, str]] = field(default_factory=list)  # the file's last lines (lineno, text)
 
     def warn(self, msg: str) -> None:
         if len(self.warnings) < MAX_WARNINGS:
@@ -193,6 +225,19 @@ class FileScan:
         for fw, ver in later.frameworks.items():
             if self.frameworks.get(fw) is None:
                 self.frameworks[fw] = ver
+        for name, recs in later.probes.items():
+            mine = self.probes.setdefault(name, [])
+            for rec in recs[: MAX_PROBE_HITS - len(mine)]:
+                rec.line += self.lines
+                mine.append(rec)
+        if later.tail:
+            self.tail = [(n + self.lines, text) for n, text in later.tail]
+        if later.metrics:  # only the range holding the file's end reads its tail
+            for mp in later.metrics:
+                mp.line += self.lines
+            for issue, _text in later.metric_issues:
+                issue.line += self.lines
+            self.metrics, self.metric_issues = later.metrics, later.metric_issues
         self.lines += later.lines
         self.bytes += later.bytes
         for w in later.warnings:
@@ -227,6 +272,9 @@ class _Scanner:
         head_end, tail_start = context if context is not None else (CONTEXT_BYTES, 1 << 62)
         tail: deque[tuple[bytes, int]] | None = deque() if context is None else None
         tail_bytes = 0
+        # a stream's last lines, for the metric parser (a plain file's are re-read from disk)
+        mtail: deque[tuple[bytes, int]] | None = deque() if context is None else None
+        mtail_bytes = 0
         carry = 0
         line_base = 0
         remaining = limit
@@ -264,15 +312,22 @@ class _Scanner:
             chunk = view[:cut]
             hits.clear()
             matcher.scan(chunk, hits)
+            copy: bytes | None = None
             if ctx_matcher is not None:
                 if offset < head_end or offset + cut > tail_start:
                     ctx_matcher.scan(chunk, hits)
                 elif tail is not None:
                     # size unknown (gzip, stdin): keep a copy of the last STREAM_TAIL_BYTES
-                    tail.append((bytes(chunk), line_base))
+                    copy = bytes(chunk)
+                    tail.append((copy, line_base))
                     tail_bytes += cut
                     while tail_bytes - len(tail[0][0]) >= STREAM_TAIL_BYTES:
                         tail_bytes -= len(tail.popleft()[0])
+            if mtail is not None:
+                mtail.append((copy if copy is not None else bytes(chunk), line_base))
+                mtail_bytes += cut
+                while mtail_bytes - len(mtail[0][0]) >= METRIC_TAIL_BYTES:
+                    mtail_bytes -= len(mtail.popleft()[0])
             offset += cut
             # _verify counts the newlines up to the last hit's line: count only the rest
             counted_to, counted = self._verify(buf, cut, line_base) if hits else (0, 0)
@@ -287,6 +342,8 @@ class _Scanner:
             if eof:
                 break
         self.result.lines = line_base
+        if mtail:
+            read_metrics(self.result, ((base, data) for data, base in mtail))
         if tail and ctx_matcher is not None:
             for data, base in tail:
                 hits.clear()
@@ -368,6 +425,14 @@ class _Scanner:
                 continue
             done.add(pid)
             groups = {k: v for k, v in m.groupdict().items() if v is not None}
+            if entry.role == "probe":
+                hits = result.probes.setdefault(entry.owner, [])
+                if len(hits) < MAX_PROBE_HITS:
+                    pctx = parse_context(text)
+                    if pctx.rank is None:
+                        pctx.rank = result.rank_hint
+                    hits.append(HitRecord(lineno, text[:2000], groups, pctx))
+                continue
             if entry.role == "fact":
                 result.facts.setdefault(entry.owner, (groups.get("value", ""), lineno))
                 continue
@@ -445,7 +510,49 @@ def scan_source(compiled: CompiledLibrary, src: Source, *, budget: ByteBudget) -
         _Scanner(compiled, result).run(opened.reader, context=context)
     finally:
         opened.close()
+    if context is not None and src.path is not None:
+        read_file_tail_metrics(result, src.path, start=0)
     return result
+
+
+METRIC_TAIL_BYTES = 1 << 20  # the end of each file is read for training metrics
+TAIL_KEEP_LINES = 2000  # of it, the last lines kept for the timeline (each rank's last sign of life)
+
+
+def read_file_tail_metrics(result: FileScan, path: Path, *, start: int) -> None:
+    """Parse the metrics of a plain file's last METRIC_TAIL_BYTES (`start`: the offset the
+    result's line numbers count from)."""
+    with path.open("rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        begin = max(start, size - METRIC_TAIL_BYTES)
+        fh.seek(begin)
+        data = fh.read()
+    if begin > start:
+        nl = data.find(b"\n")
+        data = data[nl + 1 :] if nl >= 0 else b""  # from the first whole line
+    n = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    read_metrics(result, [(result.lines - n, data)])
+
+
+def read_metrics(result: FileScan, blocks: Iterable[tuple[int, bytes]]) -> None:
+    """Metric points and their checks from line-aligned blocks of (lines before it, bytes)."""
+    lines = [
+        (base + i + 1, metric_text(raw))
+        for base, data in blocks
+        for i, raw in enumerate(data.split(b"\n"))
+        if raw
+    ]
+    result.tail = [(n, text[:400]) for n, text in lines[-TAIL_KEEP_LINES:]]
+    points = parse_lines(lines)
+    if not points:
+        return
+    text_of = dict(lines)
+    for mp in points:
+        mp.rank = parse_context(text_of.get(mp.line, "")).rank
+        if mp.rank is None:
+            mp.rank = result.rank_hint
+    result.metrics = points
+    result.metric_issues = [(i, text_of.get(i.line, "")) for i in check(points).issues]
 
 
 def split_points(path: Path, parts: int) -> list[tuple[int, int]]:
@@ -468,10 +575,13 @@ def scan_range(compiled: CompiledLibrary, src: Source, start: int, end: int) -> 
     result = FileScan(name=src.name, rank_hint=src.rank_hint)
     reader = _RangeReader(src.path, start, end)
     try:
-        context = context_zone(os.stat(src.path).st_size)
+        size = os.stat(src.path).st_size
+        context = context_zone(size)
         _Scanner(compiled, result).run(reader, limit=end - start, start=start, context=context)
     finally:
         reader.close()
+    if end >= size:
+        read_file_tail_metrics(result, src.path, start=start)
     return result
 
 
@@ -491,6 +601,10 @@ class RuleMatch:
     ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
     files: list[str] = field(default_factory=list)
+    confidence: float = 0.0  # of the best signature that matched
+    signatures: list[str] = field(default_factory=list)  # the names of those that matched
+    implausible: str | None = None  # why a captured value cannot be true (app.engine.triage)
+    first_time: float | None = None  # the earliest timestamp of its evidence (app.engine.clock)
 
 
 def _near(lines: list[int], target: int, window: int) -> bool:
@@ -510,65 +624,106 @@ def evaluate(compiled: CompiledLibrary, scans: list[FileScan], *, max_evidence: 
     for scan in scans:
         hit.update(scan.accs)
     for rule in compiled.rules:
-        ids = compiled.rule_entries.get(rule.id)
-        if not ids or rule.match is None:
+        sigs = compiled.rule_signatures.get(rule.id)
+        if not sigs or rule.match is None:
             continue
-        if hit.isdisjoint(ids["any"]):
-            continue  # no anchor matched in any file (most rules on most logs): nothing to fold
-        rm = RuleMatch(rule=rule)
-        window = rule.match.window
-        for fi, scan in enumerate(scans):
-            anchors = [scan.accs[p] for p in ids["any"] if p in scan.accs]
-            if not anchors:
-                continue
-            all_accs = [scan.accs.get(p) for p in ids["all"]]
-            if any(a is None for a in all_accs):
-                continue
-            not_accs = [scan.accs[p] for p in ids["not"] if p in scan.accs]
+        found = []
+        for sig in sigs:
+            if hit.isdisjoint(sig.any):
+                continue  # no anchor matched in any file (most rules on most logs): nothing to fold
+            rm = _evaluate_signature(rule, sig, scans)
+            if rm is not None:
+                found.append(rm)
+        if found:
+            out.append(_merge_signatures(found, max_evidence, scans))
+    return out
 
-            checks = bool(ids["all"] or not_accs)
-            recs: list[HitRecord] = []
-            file_count = 0
-            for acc in anchors:
-                if checks:
-                    good = [ln for ln in acc.lines if _valid(ln, all_accs, not_accs, window)]
-                    file_count += len(good)
-                    recs.extend(r for r in acc.samples if _valid(r.line, all_accs, not_accs, window))
-                    if acc.last and _valid(acc.last.line, all_accs, not_accs, window):
-                        recs.append(acc.last)
-                else:
-                    file_count += acc.count
-                    recs.extend(acc.samples)
-                    if acc.last:
-                        recs.append(acc.last)
-                    rm.ranks |= acc.ranks
-                    rm.hosts |= acc.hosts
-            if file_count == 0 or not recs:
-                continue
-            recs = sorted({id(r): r for r in recs}.values(), key=lambda r: r.line)
+
+def _evaluate_signature(rule: Rule, sig: SignatureIds, scans: list[FileScan]) -> RuleMatch | None:
+    rm = RuleMatch(rule=rule, confidence=sig.confidence, signatures=[sig.name])
+    window = sig.window
+    for fi, scan in enumerate(scans):
+        anchors = [scan.accs[p] for p in sig.any if p in scan.accs]
+        if not anchors:
+            continue
+        all_accs = [scan.accs.get(p) for p in sig.all]
+        if any(a is None for a in all_accs):
+            continue
+        not_accs = [scan.accs[p] for p in sig.not_ if p in scan.accs]
+
+        checks = bool(sig.all or not_accs)
+        recs: list[HitRecord] = []
+        file_count = 0
+        for acc in anchors:
             if checks:
-                for r in recs:
-                    if r.ctx.rank is not None:
-                        rm.ranks.add(r.ctx.rank)
-                    if r.ctx.where:
-                        rm.hosts.add(r.ctx.where)
-            rm.count += file_count
-            rm.files.append(scan.name)
-            if (fi, recs[0].line) < rm.first:
-                rm.first = (fi, recs[0].line)
-                caps = dict(recs[0].groups)
-                for a in all_accs:  # captures of the `all` lines nearest the anchor
-                    near = [s for s in a.samples if abs(s.line - recs[0].line) <= window] if a else []
-                    if near:
-                        caps = {**near[0].groups, **caps}
-                rm.captures = caps
-            if (fi, recs[-1].line) > rm.last:
-                rm.last = (fi, recs[-1].line)
+                good = [ln for ln in acc.lines if _valid(ln, all_accs, not_accs, window)]
+                file_count += len(good)
+                recs.extend(r for r in acc.samples if _valid(r.line, all_accs, not_accs, window))
+                if acc.last and _valid(acc.last.line, all_accs, not_accs, window):
+                    recs.append(acc.last)
+            else:
+                file_count += acc.count
+                recs.extend(acc.samples)
+                if acc.last:
+                    recs.append(acc.last)
+                rm.ranks |= acc.ranks
+                rm.hosts |= acc.hosts
+        if file_count == 0 or not recs:
+            continue
+        recs = sorted({id(r): r for r in recs}.values(), key=lambda r: r.line)
+        if checks:
             for r in recs:
-                rm.evidence.append((scan.name, r))
-        if rm.count:
-            rm.evidence = _pick_evidence(rm.evidence, max_evidence)
-            out.append(rm)
+                if r.ctx.rank is not None:
+                    rm.ranks.add(r.ctx.rank)
+                if r.ctx.where:
+                    rm.hosts.add(r.ctx.where)
+        rm.count += file_count
+        rm.files.append(scan.name)
+        if (fi, recs[0].line) < rm.first:
+            rm.first = (fi, recs[0].line)
+            caps = dict(recs[0].groups)
+            for a in all_accs:  # captures of the `all` lines nearest the anchor
+                near = [s for s in a.samples if abs(s.line - recs[0].line) <= window] if a else []
+                if near:
+                    caps = {**near[0].groups, **caps}
+            rm.captures = caps
+        if (fi, recs[-1].line) > rm.last:
+            rm.last = (fi, recs[-1].line)
+        for r in recs:
+            rm.evidence.append((scan.name, r))
+    return rm if rm.count else None
+
+
+def _merge_signatures(found: list[RuleMatch], max_evidence: int, scans: list[FileScan]) -> RuleMatch:
+    """One finding per rule, whichever pieces of the failure the log holds.
+
+    The main signature, when it matched, gives the captures (it is the richest); the
+    confidence is the best signature's. Occurrences are counted once: two signatures usually
+    see the same occurrence (a message's head and its tail), so the count is the largest any
+    signature saw, not their sum."""
+    if len(found) == 1:
+        rm = found[0]
+        rm.evidence = _pick_evidence(rm.evidence, max_evidence)
+        return rm
+    best = max(found, key=lambda r: r.confidence)
+    main = next((r for r in found if r.signatures == ["main"]), None)
+    out = RuleMatch(rule=best.rule, confidence=best.confidence)
+    out.signatures = [name for r in found for name in r.signatures]
+    out.count = max(r.count for r in found)
+    out.first = min(r.first for r in found)
+    out.last = max(r.last for r in found)
+    out.captures = dict((main or best).captures)
+    order = {s.name: i for i, s in enumerate(scans)}
+    for r in found:
+        out.ranks |= r.ranks
+        out.hosts |= r.hosts
+    out.files = sorted({f for r in found for f in r.files}, key=lambda f: order.get(f, 0))
+    seen: dict[tuple[str, int], tuple[str, HitRecord]] = {}
+    for r in found:
+        for name, rec in r.evidence:
+            seen.setdefault((name, rec.line), (name, rec))
+    evidence = sorted(seen.values(), key=lambda e: (order.get(e[0], 0), e[1].line))
+    out.evidence = _pick_evidence(evidence, max_evidence)
     return out
 
 

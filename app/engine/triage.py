@@ -10,28 +10,34 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import regex
 
-from app.engine.expr import Scope
+from app.engine.clock import iso, parse_time
+from app.engine.expr import ExprError, Missing, Scope, render_template
 from app.engine.ingest import ByteBudget, Source, file_size, human_bytes, too_large
-from app.engine.library import FRAMEWORKS, Library, Rule, Severity
-from app.engine.models import Analysis, Evidence, Finding, FrameworkInfo
+from app.engine.library import FRAMEWORKS, TIMELINE_TRIGGERS, Library, Rule, Severity
+from app.engine.lines import parse_context
+from app.engine.models import Analysis, Evidence, Finding, FrameworkInfo, PossibleCause
 from app.engine.patches import ConfigView, compute_patches, config_diff, select_specs
 from app.engine.rank import Ranked, rank
 from app.engine.redact import redact_text
 from app.engine.scan import (
     CompiledLibrary,
     FileScan,
+    HitRecord,
     RuleMatch,
     evaluate,
     scan_range,
     scan_source,
     split_points,
 )
+from app.engine.timeline import build as build_timeline
+from app.engine.timeline_model import Timeline
 
 # RL frameworks first: the most specific name is the one whose dialect patches speak.
 FRAMEWORK_ORDER = FRAMEWORKS
@@ -54,6 +60,35 @@ NEXT_STEPS_SYMPTOM = [
     "logtriage on them together.",
     "Check the nodes for hardware faults: `dmesg -T | grep -iE 'xid|nvrm|ecc'`.",
 ]
+
+
+def _next_steps(root: Finding | None, findings: list[Finding], possible: list[PossibleCause]) -> list[str]:
+    """What to collect next, from what the log shows: a plain exception gets "read that frame",
+    not a hardware checklist; a symptom gets "find the rank that failed first"."""
+    if root is not None:
+        return list(NEXT_STEPS_SYMPTOM) if root.failure_class in SYMPTOM_CLASSES else []
+    steps = [f"To confirm {p.failure_class} ({p.title}): {p.confirm}" for p in possible]
+    exc = next((f for f in findings if f.failure_class == "python.unhandled_exception"), None)
+    if exc is not None and not possible:
+        name = exc.captures.get("exception", "an exception")
+        where = f"{exc.evidence[-1].file}:{exc.evidence[-1].line}" if exc.evidence else "the log"
+        message = exc.captures.get("message")
+        steps.append(
+            f"The job ended in `{name}` ({where}), an ordinary Python exception no rule ties to a "
+            "cluster, GPU or framework fault. Read its traceback from the bottom: the last frame "
+            "in your own code is where to look."
+        )
+        if message:
+            steps.append(
+                f"If the last frame is inside a library (`site-packages/...`), search its issue "
+                f"tracker for `{message[:120]}`."
+            )
+        steps.append(
+            "If other ranks or workers failed too, run logtriage on all their logs together: the "
+            "first failure in time is the one to fix."
+        )
+        return steps
+    return steps + list(NEXT_STEPS_UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -161,11 +196,24 @@ def _detect_framework(scans: list[FileScan], override: str | None) -> tuple[Fram
 _PLACEHOLDER = regex.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # compiled once: regex.sub's cache is slow
 
 
-def _remediation_text(rule: Rule, captures: dict[str, str]) -> str:
-    def fill(m: regex.Match[str]) -> str:
-        return str(captures.get(m.group(1), f"<{m.group(1)}>"))
+def _remediation_text(rule: Rule, captures: dict[str, str], facts: Mapping[str, Any] | None = None) -> str:
+    """The rule's remediation with its placeholders filled from the captures, else from the facts
+    the log states elsewhere. A line whose value neither holds is left out rather than shown
+    with a hole in it (unless that would leave nothing)."""
+    known: dict[str, Any] = {**(facts or {}), **captures}
 
-    return str(_PLACEHOLDER.sub(fill, rule.remediation.strip()))
+    def fill(m: regex.Match[str]) -> str:
+        return str(known[m.group(1)])
+
+    text = rule.remediation.strip()
+    kept = [
+        _PLACEHOLDER.sub(fill, line)
+        for line in text.splitlines()
+        if all(name in known for name in _PLACEHOLDER.findall(line))
+    ]
+    if not any(line.strip() for line in kept):
+        return str(_PLACEHOLDER.sub(lambda m: str(known.get(m.group(1), f"<{m.group(1)}>")), text))
+    return "\n".join(kept)
 
 
 def _finding(
@@ -205,11 +253,146 @@ def _finding(
         captures=captures,
         ranks=sorted(m.ranks),
         hosts=sorted(m.hosts),
-        remediation=_remediation_text(rule, captures),
+        remediation=_remediation_text(rule, captures, scope_base.facts),
         patches=patches,
         explained_by=r.explained_by if r.role == "symptom" else None,
         files=m.files,
+        signatures=m.signatures,
+        first_time=iso(m.first_time),
     )
+
+
+CONFIRM_BY_KIND = {
+    "hardware": "On the node: `dmesg -T | grep -iE 'xid|nvrm|ecc'` and "
+    "`nvidia-smi -q -d ECC,PAGE_RETIREMENT`; "
+    "a matching kernel line confirms a hardware fault.",
+    "infra": "The scheduler's and the cluster's own record of the job (pod events, `sacct -j`, `ray status`, "
+    "the raylet and GCS logs) for the same minute.",
+    "config": "The job's config and launch command (attach them with --config): the values the rule names.",
+    "code": "The full traceback of the first rank that failed, with the lines above it.",
+    "numerics": "The loss and grad-norm lines before the failure: when did they first stop being finite?",
+}
+
+
+def _possible(r: Ranked, f: Finding, library: Library) -> PossibleCause:
+    kind = library.kind_of(r.failure_class)
+    confirm = r.match.rule.confirm or CONFIRM_BY_KIND.get(kind, CONFIRM_BY_KIND["code"])
+    if r.match.implausible:
+        confirm = (
+            f"Doubtful as stated: {r.match.implausible} Compare what every rank was doing at that "
+            "step (all ranks' logs together, or the flight recorder's dump)."
+        )
+    return PossibleCause(
+        failure_class=f.failure_class,
+        kind=kind,
+        rule_id=f.rule_id,
+        title=f.title,
+        confidence=f.confidence,
+        evidence=f.evidence,
+        confirm=" ".join(confirm.split()),
+    )
+
+
+def timeline_matches(library: Library, tl: Timeline) -> list[RuleMatch]:
+    """Findings the timeline establishes on its own (a collective desync, a rank that exited
+    without a word), as the rules its verdicts trigger."""
+    out: list[RuleMatch] = []
+    for lr in library.rules:
+        rule = lr.rule
+        if rule.trigger not in TIMELINE_TRIGGERS or rule.status.value == "deprecated":
+            continue
+        v = next(
+            (v for v in tl.verdicts if v.trigger == rule.trigger and v.failure_class == rule.failure_class),
+            None,
+        )
+        if v is None:
+            continue
+        m = RuleMatch(rule=rule, count=1, confidence=rule.confidence, signatures=["timeline"])
+        m.captures = {
+            "ranks": ", ".join(map(str, v.ranks)) or "?",
+            "seq": str(v.seq) if v.seq is not None else "?",
+            "summary": v.summary,
+        }
+        m.ranks = set(v.ranks)
+        for ev in v.evidence:
+            ctx = parse_context(ev.text)
+            m.evidence.append((ev.file, HitRecord(ev.line, ev.text, {}, ctx)))
+            m.files += [ev.file] if ev.file not in m.files else []
+        if m.evidence:
+            m.first = (0, m.evidence[0][1].line)
+            m.last = (0, m.evidence[-1][1].line)
+        out.append(m)
+    return out
+
+
+def _stamp_times(matches: list[RuleMatch], year: int | None) -> None:
+    for m in matches:
+        times = [t for _f, rec in m.evidence if (t := parse_time(rec.text, year_hint=year)) is not None]
+        m.first_time = min(times) if times else None
+
+
+IMPLAUSIBLE_FACTOR = 0.3
+
+
+def _check_plausibility(matches: list[RuleMatch]) -> list[str]:
+    """Demote findings whose captured values no real run produces; return why, as warnings."""
+    notes: list[str] = []
+    for m in matches:
+        for check in m.rule.implausible:
+            try:
+                hit = bool(render_template("{" + check.when + "}", Scope(captures=m.captures)))
+            except (Missing, ExprError, TypeError, ValueError, ZeroDivisionError):
+                hit = False
+            if hit:
+                m.confidence = round(m.confidence * IMPLAUSIBLE_FACTOR, 2)
+                m.implausible = " ".join(check.why.split())
+                notes.append(f"{m.rule.id}: {m.implausible}")
+                break
+    return notes
+
+
+METRIC_TRIGGERS = {"metric_not_finite": "not_finite", "metric_spike": "spike"}
+
+
+def metric_matches(library: Library, scans: list[FileScan], *, seen: set[str]) -> list[RuleMatch]:
+    """Findings of the metric-triggered rules, from each file's parsed training metrics. A class
+    a text rule already reported is not reported twice."""
+    out: list[RuleMatch] = []
+    for lr in library.rules:
+        rule = lr.rule
+        kind = METRIC_TRIGGERS.get(rule.trigger or "")
+        if kind is None or rule.status.value == "deprecated" or rule.failure_class in seen:
+            continue
+        m = RuleMatch(rule=rule, confidence=rule.confidence, signatures=["metrics"])
+        for fi, scan in enumerate(scans):
+            issues = [(i, text) for i, text in scan.metric_issues if i.kind == kind]
+            if not issues:
+                continue
+            m.count += len(issues)
+            m.files.append(scan.name)
+            for issue, text in issues:
+                ctx = parse_context(text)
+                if ctx.rank is None:
+                    ctx.rank = scan.rank_hint
+                rec = HitRecord(issue.line, text, {}, ctx)
+                m.evidence.append((scan.name, rec))
+                if ctx.rank is not None:
+                    m.ranks.add(ctx.rank)
+                if ctx.where:
+                    m.hosts.add(ctx.where)
+                if (fi, issue.line) < m.first:
+                    m.first = (fi, issue.line)
+                    m.captures = {
+                        "metric": issue.name,
+                        "value": f"{issue.value:g}",
+                        **({"step": str(issue.step)} if issue.step is not None else {}),
+                        **({"baseline": f"{issue.baseline:g}"} if issue.baseline is not None else {}),
+                    }
+                m.last = max(m.last, (fi, issue.line))
+        if m.count:
+            m.evidence = m.evidence[:4]
+            out.append(m)
+    return out
 
 
 def _masked_exit_rule(library: Library) -> Rule | None:
@@ -243,7 +426,9 @@ def _flag_masked_exit(ranked: list[Ranked], scans: list[FileScan], library: Libr
                 break
     if evidence_of is None:
         return
-    masked = RuleMatch(rule=rule, count=1, first=evidence_of.first, last=evidence_of.last)
+    masked = RuleMatch(
+        rule=rule, count=1, first=evidence_of.first, last=evidence_of.last, confidence=rule.confidence
+    )
     masked.evidence = evidence_of.evidence[-1:]
     masked.files = evidence_of.files[-1:]
     if root is None:
@@ -266,6 +451,11 @@ def triage(
     scans = scan_all(compiled, sources, jobs=opts.jobs, max_bytes=opts.max_bytes)
     t_scan = time.perf_counter() - t0
     matches = evaluate(compiled, scans, max_evidence=opts.max_evidence)
+    matches += metric_matches(library, scans, seen={m.rule.failure_class for m in matches})
+    implausible = _check_plausibility(matches)
+    tl = build_timeline(scans)
+    matches += timeline_matches(library, tl)
+    _stamp_times(matches, tl.year)
     framework, detected = _detect_framework(scans, opts.framework)
 
     facts: dict[str, Any] = {}
@@ -294,12 +484,13 @@ def triage(
         for r in ranked
     ]
     root_finding = findings[0] if findings and findings[0].role == "root_cause" else None
+    possible = (
+        [_possible(r, f, library) for r, f in zip(ranked, findings, strict=True) if r.possible]
+        if root_finding is None
+        else []
+    )
 
-    next_steps: list[str] = []
-    if root_finding is None:
-        next_steps = list(NEXT_STEPS_UNKNOWN)
-    elif root_finding.failure_class in SYMPTOM_CLASSES:
-        next_steps = list(NEXT_STEPS_SYMPTOM)
+    next_steps = _next_steps(root_finding, findings, possible)
 
     diff = None
     if config is not None:
@@ -307,6 +498,7 @@ def triage(
         diff = config_diff(config, all_patches)
 
     all_warnings = list(warnings or [])
+    all_warnings.extend(implausible)
     for s in scans:
         all_warnings.extend(s.warnings)
     all_warnings.extend(problems)
@@ -323,6 +515,8 @@ def triage(
         next_steps=next_steps,
         warnings=all_warnings,
         config_diff=diff,
+        possible_causes=possible,
+        timeline=tl.as_dict() if (tl.ranks or tl.collectives or tl.verdicts or tl.series) else None,
         stats={
             "files": [s.name for s in scans],
             "bytes": total_bytes,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.engine.models import Analysis, Finding
 from app.engine.patches import ray_env_block
+from app.render.timeline_table import rows
 
 
 def _fence(text: str, lang: str = "") -> str:
@@ -26,6 +27,37 @@ def _finding_md(f: Finding, *, level: str) -> list[str]:
     return out
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:120] or "-"
+
+
+def _timeline_md(a: Analysis) -> list[str]:
+    tl = a.timeline or {}
+    verdict = tl.get("verdict")
+    ranks = tl.get("ranks") or []
+    if not verdict and len(ranks) < 2:
+        return []
+    out = ["", "## Timeline", ""]
+    if verdict:
+        phase = f" (phase: **{verdict['phase']}**)" if verdict.get("phase") else ""
+        out += [verdict["summary"] + phase, ""]
+    table, left = rows(tl)
+    if len(ranks) >= 2 and table:
+        out += [
+            "| rank | hosts | phase | step | last line (UTC) | quiet first | stopped in / last progress |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in table:
+            rank = f"**{r.rank}**" if r.named else str(r.rank)
+            out.append(
+                f"| {rank} | {_cell(r.hosts)} | {r.phase} | {r.step} | {r.last_seen} | {r.gap or '-'} | "
+                f"{_cell(r.stopped_in or r.last_line)} |"
+            )
+        if left:
+            out += ["", f"… and {left} more rank(s)."]
+    return out
+
+
 def render_markdown(a: Analysis) -> str:
     out: list[str] = ["# logtriage report", ""]
     fw = a.framework
@@ -38,6 +70,21 @@ def render_markdown(a: Analysis) -> str:
     if root is None:
         out += ["## No known failure matched", "", "Nothing is guessed. Collect this next:", ""]
         out += [f"- {s}" for s in a.next_steps]
+        if a.possible_causes:
+            out += ["", "### Possible causes (suggested by the log, not established)", ""]
+            for pc in a.possible_causes:
+                out.append(
+                    f"- **{pc.title}** (`{pc.failure_class}`, {pc.kind}, confidence {pc.confidence:.2f})"
+                )
+                if pc.evidence:
+                    out += [
+                        "",
+                        "  "
+                        + _fence("\n".join(f"{e.file}:{e.line}: {e.text}" for e in pc.evidence[:2])).replace(
+                            "\n", "\n  "
+                        ),
+                    ]
+                out.append(f"  To confirm: {pc.confirm}")
     else:
         out += _finding_md(root, level="## Root cause:")
         symptoms = [f for f in a.findings if f.role == "symptom"]
@@ -59,6 +106,7 @@ def render_markdown(a: Analysis) -> str:
             out += ["", "## Your config, patched", "", _fence(a.config_diff, "diff")]
         if a.next_steps:
             out += ["", "## Also check", ""] + [f"- {s}" for s in a.next_steps]
+    out += _timeline_md(a)
     related = [f for f in a.findings if f.role == "related"]
     if related:
         out += ["", "## Other findings", ""]

@@ -6,6 +6,7 @@ import textwrap
 
 from app.engine.models import Analysis, Finding, Patch
 from app.engine.patches import ray_env_block
+from app.render.timeline_table import text_table
 
 _COLOURS = {
     "bold": "1",
@@ -72,6 +73,18 @@ def render_text(a: Analysis, *, colour: bool = False, width: int = 100) -> str:
             s("No known failure matched.", "bold", "yellow") + " Nothing is guessed; collect this next:"
         )
         out.extend(f"  - {step}" for step in a.next_steps)
+        if a.possible_causes:
+            out.append("")
+            out.append(
+                s("POSSIBLE CAUSES", "bold", "yellow") + s("  (suggested by the log, not established)", "dim")
+            )
+            for pc in a.possible_causes:
+                out.append(
+                    f"  - {pc.title} [{pc.failure_class}, {pc.kind}]"
+                    + s(f"  confidence {pc.confidence:.2f}", "dim")
+                )
+                for ev in pc.evidence[:2]:
+                    out.append(s(f"      {ev.file}:{ev.line}  ", "dim") + _clip(ev.text, width))
     else:
         sev = _SEVERITY_COLOUR.get(root.severity, "bold")
         out.append(
@@ -106,6 +119,7 @@ def render_text(a: Analysis, *, colour: bool = False, width: int = 100) -> str:
             out.append("")
             out.append(s("ALSO CHECK", "bold"))
             out.extend(f"  - {step}" for step in a.next_steps)
+    out.extend(_timeline(a, s, width))
     related = [f for f in a.findings if f.role == "related"]
     if related:
         out.append("")
@@ -121,6 +135,24 @@ def render_text(a: Analysis, *, colour: bool = False, width: int = 100) -> str:
     out.append("")
     out.append(s(_footer(a), "dim"))
     return "\n".join(out) + "\n"
+
+
+def _timeline(a: Analysis, s: _Style, width: int) -> list[str]:
+    """Where each rank stopped, led by the timeline's verdict; only when there is more than one
+    rank or a verdict to tell."""
+    tl = a.timeline or {}
+    verdict = tl.get("verdict")
+    ranks = tl.get("ranks") or []
+    if not verdict and len(ranks) < 2:
+        return []
+    out = ["", s("TIMELINE", "bold", "magenta")]
+    if verdict:
+        phase = f" (phase: {verdict['phase']})" if verdict.get("phase") else ""
+        wrapped = textwrap.wrap(verdict["summary"] + phase, width=max(40, width - 2))
+        out.extend("  " + ln for ln in wrapped)
+    if len(ranks) >= 2:
+        out.extend("  " + ln for ln in text_table(tl, width=width - 2))
+    return out
 
 
 def _clip(text: str, width: int) -> str:

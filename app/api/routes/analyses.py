@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 from collections.abc import Iterator
 from typing import Annotated, Any, BinaryIO
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
-from app.api import present
 from app.api.context import AppContext
 from app.api.deps import AdminDep, CtxDep, IngestDep, PrincipalDep, ReadDep, SessionDep
-from app.api.routes.common import base_url, check_can_read, parse_time, problems
+from app.api.routes.common import base_url, content_disposition, parse_time, problems
 from app.api.schemas import (
     AnalysisPage,
     AnalysisResource,
@@ -23,20 +20,20 @@ from app.api.schemas import (
     RetriageOut,
     Source,
     parse_labels,
-    validate_metadata,
 )
-from app.api.upload import receive
+from app.api.upload import intake_of, receive
 from app.blobstore import iter_range
 from app.db import repo
 from app.engine.models import Analysis as AnalysisModel
 from app.errors import (
-    AnalysisNotReadyError,
     NotFoundError,
     RangeNotSatisfiableError,
     ValidationFailedError,
 )
-from app.pipeline import ScanJob, remove_tree, spool_path_for
 from app.render.markdown import render_markdown
+from app.service import ops, present
+from app.service.access import check_can_read
+from app.service.spool import remove_tree, spool_path_for
 
 router = APIRouter(prefix="/api/v1", tags=["analyses"])
 
@@ -89,12 +86,6 @@ def _prefer(header: str | None, default_wait: float) -> tuple[float, str | None]
     return wait, applied
 
 
-def _load_resource(ctx: AppContext, analysis_id: str, base: str) -> dict[str, Any]:
-    with ctx.db.read() as s:
-        row = repo.get_analysis(s, analysis_id=analysis_id, full=True)
-        return present.load_resource(s, row=row, base=base, settings=ctx.settings)
-
-
 def _response(res: dict[str, Any], *, base: str, replayed: bool, applied: str | None) -> JSONResponse:
     headers = {"Location": present.analysis_url(base, res["id"])}
     status = {"done": 201, "pending": 202}.get(res["status"], 200)
@@ -114,7 +105,7 @@ def _response(res: dict[str, Any], *, base: str, replayed: bool, applied: str | 
     summary="Analyse a log (hooks call this)",
     responses={
         202: {"description": "Accepted: still running; poll `Location`.", "model": AnalysisResource},
-        **problems(400, 401, 403, 409, 413, 415, 422, 503),
+        **problems(400, 401, 403, 408, 409, 413, 415, 422, 503),
     },
     openapi_extra=_UPLOAD_SCHEMA,
 )
@@ -143,69 +134,30 @@ async def create_analysis(
     spool = spool_path_for(settings.data_dir)
     try:
         upload = await receive(request, spool=spool, limit=settings.max_upload_bytes, raw_name=filename)
-        fields = upload.fields
-        data: dict[str, Any] = {
-            "job_id": job_id,
-            "framework": framework,
-            "exit_code": exit_code,
-            "host": host,
-            "source": source,
-        }
-        for name in ("job_id", "framework", "exit_code", "host", "source"):
-            if fields.get(name):
-                data[name] = fields[name][-1]
-        data["labels"] = parse_labels([*(label or []), *fields.get("label", [])], fields.get("labels"))
-        data = {k: v for k, v in data.items() if v is not None and v != ""}
-        meta = validate_metadata(data)
+        intake = intake_of(
+            upload,
+            query={"job_id": job_id, "framework": framework, "exit_code": exit_code, "host": host},
+            labels=label or [],
+            source=source,
+        )
     except BaseException:
         remove_tree(spool)
         raise
-    digest = hashlib.sha256(
-        json.dumps({"parts": upload.parts, "meta": meta.model_dump()}, sort_keys=True).encode()
-    ).hexdigest()
-    job = ScanJob(
-        files=tuple(upload.files), config=upload.config, framework=meta.framework, exit_code=meta.exit_code
-    )
-    started = await ctx.service.start(
-        job=job,
-        spool=spool,
-        meta=repo.JobMeta(
-            source=meta.source,
-            job_id=meta.job_id,
-            framework=meta.framework,
-            exit_code=meta.exit_code,
-            host=meta.host,
-            labels=meta.labels,
-        ),
-        token_id=principal.token_id,
-        idempotency_scope=principal.idempotency_scope,
-        idempotency_key=idempotency_key or None,
-        request_digest=digest,
-    )
     wait, applied = _prefer(prefer, settings.sync_wait)
-    task = started.task
-    completed = None
-    if task is not None:
-        if wait > 0 and not task.done():
-            await asyncio.wait({task}, timeout=wait)
-        # answering 202: the analysis needs a row to poll (a finished one has one already)
-        if not task.done() and await ctx.service.register(started.analysis_id):
-            await asyncio.wait({task})
-        if task.done():
-            exc = None if task.cancelled() else task.exception()
-            if task.cancelled() or exc is not None:
-                await ctx.service.discard(started.analysis_id)
-                raise exc or AnalysisNotReadyError("the analysis was cancelled (server shutting down)")
-            completed = task.result()
+    submission = await ops.submit(
+        ctx,
+        job=intake.job,
+        spool=spool,
+        meta=intake.meta,
+        principal=principal,
+        idempotency_key=idempotency_key,
+        request_digest=intake.digest,
+        wait=wait,
+    )
     base = base_url(request, ctx)
-    if completed is not None:
-        # answered from what was just written: a hook's upload costs no second read
-        res = present.resource(
-            row=completed.row, base=base, files=completed.files, feedback=[], standing=completed.standing
-        )
-    else:
-        res = await asyncio.to_thread(_load_resource, ctx, started.analysis_id, base)
-    return _response(res, base=base, replayed=started.replayed, applied=applied)
+    res = await asyncio.to_thread(ops.submission_resource, ctx, submission=submission, base=base)
+    res = present.for_principal(res, principal)
+    return _response(res, base=base, replayed=submission.replayed, applied=applied)
 
 
 @router.get(
@@ -221,7 +173,7 @@ def get_analysis(
     check_can_read(principal, row)
     res = present.load_resource(session, row=row, base=base_url(request, ctx), settings=ctx.settings)
     headers = {"Retry-After": "2"} if row.status == "pending" else {}
-    return JSONResponse(res, headers=headers)
+    return JSONResponse(present.for_principal(res, principal), headers=headers)
 
 
 def _done_resource(
@@ -229,14 +181,9 @@ def _done_resource(
 ) -> dict[str, Any]:
     row = repo.get_analysis(session, analysis_id=analysis_id, full=True)
     check_can_read(principal, row)
-    if row.status != "done" or row.result is None:
-        why = (
-            "is still running; retry shortly"
-            if row.status == "pending"
-            else "failed: " + str((row.error or {}).get("detail", ""))
-        )
-        raise AnalysisNotReadyError(f"analysis {row.id} {why}")
-    return present.load_resource(session, row=row, base=base_url(request, ctx), settings=ctx.settings)
+    ops.require_done(row)
+    res = present.load_resource(session, row=row, base=base_url(request, ctx), settings=ctx.settings)
+    return present.for_principal(res, principal)
 
 
 @router.get(
@@ -259,18 +206,14 @@ def report_md(
     response_class=HTMLResponse,
     responses=problems(401, 403, 404, 409),
 )
-def report_html(
-    analysis_id: str, request: Request, ctx: CtxDep, session: SessionDep, principal: PrincipalDep
-) -> HTMLResponse:
-    res = _done_resource(analysis_id, request, ctx, session, principal)
-    rule_texts = {
-        rid: {"version": rv.version, "text": rv.text}
-        for rid, rv in repo.finding_rule_versions(session, analysis_id=res["id"]).items()
-    }
-    html = ctx.templates.get_template("report.html").render(
-        a=res, rule_texts=rule_texts, library=ctx.library, classes=ctx.library.classes
-    )
-    return HTMLResponse(html)
+async def report_html(analysis_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep) -> Response:
+    from app.web.routes.report import render_report  # the web edge renders it: one report page
+
+    with ctx.db.read() as s:
+        row = repo.get_analysis(s, analysis_id=analysis_id)
+        check_can_read(principal, row)
+        ops.require_done(row)
+    return await render_report(request, ctx, principal, analysis_id=analysis_id)
 
 
 def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -332,7 +275,7 @@ def get_log(
     headers = {
         "Accept-Ranges": "bytes",
         "ETag": f'"{f.blob_sha256}"',
-        "Content-Disposition": f'inline; filename="{f.name.replace(chr(34), "")}"',
+        "Content-Disposition": content_disposition(f.name),
     }
     try:
         rng = _parse_range(range_, size)
@@ -429,32 +372,19 @@ def list_analyses(
     status_code=201,
     response_model=FeedbackOut,
     summary="Tell us whether the root cause was right",
-    responses=problems(401, 403, 404, 422),
+    responses=problems(400, 401, 403, 404, 422),
 )
 def post_feedback(
     analysis_id: str, body: FeedbackIn, request: Request, ctx: CtxDep, principal: ReadDep
 ) -> JSONResponse:
-    if body.correct_class is not None:
-        if body.verdict == "correct":
-            raise ValidationFailedError(
-                "correct_class is for verdict `wrong` (the class it should have been)"
-            )
-        if body.correct_class not in ctx.library.classes:
-            raise ValidationFailedError(
-                f"correct_class {body.correct_class!r} is not a known failure class; GET /api/v1/library "
-                "lists them"
-            )
-    with ctx.db.write() as s:
-        row = repo.get_analysis(s, analysis_id=analysis_id)
-        fb = repo.add_feedback(
-            s,
-            analysis_id=row.id,
-            verdict=body.verdict,
-            correct_class=body.correct_class,
-            comment=body.comment,
-            token_id=principal.token_id,
-        )
-        out = present.feedback_dict(fb)
+    out = ops.record_feedback(
+        ctx,
+        analysis_id=analysis_id,
+        verdict=body.verdict,
+        correct_class=body.correct_class,
+        comment=body.comment,
+        principal=principal,
+    )
     url = present.analysis_url(base_url(request, ctx), out["analysis_id"])
     return JSONResponse(out, status_code=201, headers={"Location": url})
 
@@ -481,5 +411,5 @@ def change_summary(changes: dict[str, Any]) -> str:
 async def retriage(analysis_id: str, request: Request, ctx: CtxDep, _principal: AdminDep) -> JSONResponse:
     aid, changes = await ctx.service.retriage(analysis_id)
     base = base_url(request, ctx)
-    res = await asyncio.to_thread(_load_resource, ctx, aid, base)
+    res = await asyncio.to_thread(ops.load_resource, ctx, analysis_id=aid, base=base, principal=None)
     return JSONResponse({"summary": change_summary(changes), "changes": changes, "analysis": res})

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import unicodedata
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Request
 
 from app.api.context import AppContext
-from app.api.deps import Principal
 from app.api.schemas import Problem
-from app.db.models import Analysis
-from app.errors import ForbiddenError, ValidationFailedError
+from app.errors import ValidationFailedError
 
 _REL = re.compile(r"^(\d+)\s*([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_AGE_SECONDS = 100 * 366 * 86400
+MIN_TIME = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+MAX_TIME = dt.datetime(9999, 12, 30, tzinfo=dt.UTC)
 
 
 def base_url(request: Request, ctx: AppContext) -> str:
@@ -25,29 +28,45 @@ def base_url(request: Request, ctx: AppContext) -> str:
 
 
 def parse_time(value: str | None, *, name: str, now: dt.datetime | None = None) -> dt.datetime | None:
-    """ISO 8601 date or datetime (UTC if no offset), or a relative age such as 24h, 7d, 2w."""
+    """ISO 8601 date or datetime (UTC if no offset), or a relative age such as 24h, 7d, 2w.
+    Values no database can compare (before 1970, past 9999, an age of more than 100 years) are
+    a 422, never an overflow deep in a query."""
     if value is None or value == "":
         return None
     now = now or dt.datetime.now(dt.UTC)
+    bad = ValidationFailedError(
+        f"{name}: {value[:64]!r} is neither an ISO 8601 date/time between 1970 and 9999 nor an age "
+        "like 24h or 7d (at most 100 years)"
+    )
     m = _REL.match(value.strip())
-    if m:
-        return now - dt.timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
     try:
+        if m:
+            seconds = int(m.group(1)) * _UNITS[m.group(2)]
+            if seconds > MAX_AGE_SECONDS:
+                raise bad
+            return now - dt.timedelta(seconds=seconds)
         parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValidationFailedError(
-            f"{name}: {value!r} is neither an ISO 8601 date/time nor an age like 24h or 7d"
-        ) from None
-    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
+        parsed = parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
+        raise bad from None
+    if not (MIN_TIME <= parsed <= MAX_TIME):
+        raise bad
+    return parsed
 
 
-def check_can_read(principal: Principal, row: Analysis) -> None:
-    """`read` sees everything; an `ingest` token sees the analyses it posted (hooks poll them)."""
-    if principal.allows("read"):
-        return
-    if principal.token_id is not None and row.token_id == principal.token_id:
-        return
-    raise ForbiddenError(f"token {principal.name!r} lacks the `read` scope for analyses it did not post")
+_FALLBACK_UNSAFE = re.compile(r"[^A-Za-z0-9._()+,=@~ -]+")
+
+
+def content_disposition(name: str, disposition: str = "inline") -> str:
+    """A `Content-Disposition` header for a file name in any script (RFC 6266): an ASCII
+    `filename=` for old clients and the name itself as RFC 5987 `filename*=UTF-8''...`.
+    Headers are Latin-1: a name outside it used to make its response a 500."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    fallback = _FALLBACK_UNSAFE.sub("_", ascii_name).strip(" _") or "log.txt"
+    if fallback.startswith(".") or set(fallback) <= {"_", "."}:
+        fallback = "log.txt"
+    encoded = quote(name.encode("utf-8", "replace"), safe="")
+    return f"{disposition}; filename=\"{fallback[:150]}\"; filename*=UTF-8''{encoded}"
 
 
 PROBLEM_CONTENT = {"application/problem+json": {"schema": Problem.model_json_schema()}}
@@ -59,11 +78,13 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
         401: "No or invalid token",
         403: "Token lacks the scope",
         404: "Not found",
+        408: "The request body stalled (`LOGTRIAGE_BODY_TIMEOUT`)",
         409: "Conflict (analysis not ready, request in progress)",
-        413: "Upload or log too large",
+        413: "Upload or log too large, a compression bomb, or over the temporary disk allowed",
         415: "Unsupported media type or encoding",
         416: "Range not satisfiable",
         422: "Validation failed",
+        431: "Request headers too large",
         503: "Service unavailable",
     }
     return {c: {"description": texts.get(c, "Error"), "content": PROBLEM_CONTENT} for c in codes}

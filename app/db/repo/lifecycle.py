@@ -1,0 +1,149 @@
+"""An analysis' row before its result: drafts, pending rows, idempotency, failure."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from app.db.models import (
+    Analysis,
+    utcnow,
+)
+from app.db.repo.ids import is_valid_id, new_id
+from app.errors import ConflictError, NotFoundError
+
+
+@dataclass(frozen=True)
+class JobMeta:
+    """What the failed job's hook tells us about it."""
+
+    source: str = "api"
+    job_id: str | None = None
+    framework: str | None = None
+    exit_code: int | None = None
+    host: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def find_idempotent(session: Session, *, scope: str, key: str) -> Analysis | None:
+    return session.scalar(
+        select(Analysis).where(Analysis.idempotency_scope == scope, Analysis.idempotency_key == key)
+    )
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A new analysis that has no row yet: what its row will say about the request.
+
+    The server writes a hook's analysis in one transaction when it finishes, unless the request
+    stops waiting for it (202) or reserves an idempotency key: those insert the pending row
+    first (`insert_pending`)."""
+
+    analysis_id: str
+    created_at: dt.datetime
+    meta: JobMeta
+    token_id: int | None
+    runner: str | None
+
+    @classmethod
+    def new(cls, *, meta: JobMeta, token_id: int | None, runner: str | None) -> Draft:
+        now = utcnow()
+        return cls(new_id(now), now, meta, token_id, runner)
+
+
+def pending_row(
+    draft: Draft,
+    *,
+    idempotency_scope: str | None = None,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
+) -> Analysis:
+    meta = draft.meta
+    return Analysis(
+        id=draft.analysis_id,
+        created_at=draft.created_at,
+        status="pending",
+        source=meta.source,
+        job_id=meta.job_id,
+        framework=meta.framework,
+        exit_code=meta.exit_code,
+        host=meta.host,
+        labels=dict(meta.labels),
+        token_id=draft.token_id,
+        idempotency_scope=idempotency_scope if idempotency_key else None,
+        idempotency_key=idempotency_key,
+        request_digest=request_digest,
+        runner=draft.runner,
+    )
+
+
+def insert_pending(
+    session: Session,
+    *,
+    draft: Draft,
+    idempotency_scope: str | None = None,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
+) -> Analysis:
+    row = pending_row(
+        draft,
+        idempotency_scope=idempotency_scope,
+        idempotency_key=idempotency_key,
+        request_digest=request_digest,
+    )
+    session.add(row)
+    try:
+        session.flush()
+    except IntegrityError:
+        raise ConflictError(
+            "a request with this Idempotency-Key is being processed right now; retry in a moment"
+        ) from None
+    return row
+
+
+def create_pending(
+    session: Session,
+    *,
+    meta: JobMeta,
+    token_id: int | None,
+    runner: str,
+    idempotency_scope: str | None = None,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
+) -> Analysis:
+    return insert_pending(
+        session,
+        draft=Draft.new(meta=meta, token_id=token_id, runner=runner),
+        idempotency_scope=idempotency_scope,
+        idempotency_key=idempotency_key,
+        request_digest=request_digest,
+    )
+
+
+def get_analysis(session: Session, *, analysis_id: str, full: bool = False) -> Analysis:
+    row = None
+    if is_valid_id(analysis_id):
+        stmt = select(Analysis).where(Analysis.id == analysis_id.upper())
+        if full:
+            stmt = stmt.options(selectinload(Analysis.files), selectinload(Analysis.feedback))
+        row = session.scalar(stmt)
+    if row is None:
+        raise NotFoundError(f"no analysis {analysis_id!r}")
+    return row
+
+
+def delete_analysis(session: Session, *, analysis_id: str) -> None:
+    session.execute(delete(Analysis).where(Analysis.id == analysis_id))
+
+
+def fail_analysis(session: Session, *, analysis_id: str, problem: dict[str, Any]) -> None:
+    session.execute(
+        update(Analysis)
+        .where(Analysis.id == analysis_id, Analysis.status == "pending")
+        .values(status="failed", error=problem, finished_at=utcnow())
+    )

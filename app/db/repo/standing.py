@@ -1,0 +1,304 @@
+"""Recurrence, suspect hosts and the stats/trends of the history."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.db import rollup
+from app.db.models import (
+    Analysis,
+    Feedback,
+    Finding,
+    FindingHost,
+    utcnow,
+)
+from app.db.repo.common import aware_utc, finding_hosts, iso_utc
+
+
+@dataclass
+class SuspectHost:
+    host: str
+    failures: int
+    jobs: int
+    classes: list[str]
+    first_seen: dt.datetime
+    last_seen: dt.datetime
+    latest_analysis_id: str
+
+
+def suspect_hosts(
+    session: Session,
+    *,
+    days: int,
+    min_jobs: int,
+    now: dt.datetime | None = None,
+    only: Iterable[str] | None = None,
+) -> list[SuspectHost]:
+    """Hosts hit by hardware-class failures in at least `min_jobs` distinct jobs in the window."""
+    now = now or utcnow()
+    stmt = (
+        select(FindingHost.host, Analysis.id, Analysis.job_id, Analysis.created_at, Finding.failure_class)
+        .join(Finding, Finding.id == FindingHost.finding_id)
+        .join(Analysis, Analysis.id == Finding.analysis_id)
+        .where(
+            Finding.kind == "hardware",
+            Analysis.status == "done",
+            Analysis.duplicate_of_id.is_(None),
+            Analysis.created_at >= now - dt.timedelta(days=days),
+        )
+    )
+    hosts_filter = list(only) if only is not None else None
+    if hosts_filter is not None:
+        if not hosts_filter:
+            return []
+        stmt = stmt.where(FindingHost.host.in_(hosts_filter))
+    per_host: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"analyses": set(), "jobs": set(), "classes": Counter(), "times": [], "latest": ""}
+    )
+    for host, aid, job_id, created, fclass in session.execute(stmt):
+        h = per_host[host]
+        h["analyses"].add(aid)
+        h["jobs"].add(job_id or aid)
+        h["classes"][fclass] += 1
+        h["times"].append(aware_utc(created))
+        h["latest"] = max(h["latest"], aid)
+    out = [
+        SuspectHost(
+            host=host,
+            failures=len(h["analyses"]),
+            jobs=len(h["jobs"]),
+            classes=[c for c, _ in h["classes"].most_common()],
+            first_seen=min(h["times"]),
+            last_seen=max(h["times"]),
+            latest_analysis_id=h["latest"],
+        )
+        for host, h in per_host.items()
+        if len(h["jobs"]) >= min_jobs
+    ]
+    return sorted(out, key=lambda s: (-s.jobs, -s.failures, s.host))
+
+
+@dataclass(frozen=True)
+class Standing:
+    """How an analysis' failure stands in the history: recurrence and suspect hosts."""
+
+    recurrence: rollup.Recurrence | None = None
+    suspects: list[SuspectHost] = field(default_factory=list)
+
+
+def hardware_hosts(session: Session, *, analysis_id: str) -> list[str]:
+    return sorted(
+        set(
+            session.scalars(
+                select(FindingHost.host)
+                .join(Finding, Finding.id == FindingHost.finding_id)
+                .where(Finding.analysis_id == analysis_id, Finding.kind == "hardware")
+            )
+        )
+    )
+
+
+def result_hardware_hosts(row: Analysis, analysis: dict[str, Any]) -> list[str]:
+    """The hosts `hardware_hosts` would read back once `analysis` is stored for `row`."""
+    return sorted(
+        {h for f in analysis.get("findings") or [] if f["kind"] == "hardware" for h in finding_hosts(row, f)}
+    )
+
+
+def standing_of(
+    session: Session,
+    *,
+    row: Analysis,
+    days: int,
+    suspect_min_jobs: int,
+) -> Standing:
+    """Recurrence and suspect hosts of a stored, finished analysis."""
+    if row.status != "done" or row.result is None:
+        return Standing()
+    rec = rollup.recurrence(session, fingerprint_=row.fingerprint, days=days) if row.fingerprint else None
+    hosts = hardware_hosts(session, analysis_id=row.id)
+    suspects = suspect_hosts(session, days=days, min_jobs=suspect_min_jobs, only=hosts) if hosts else []
+    return Standing(rec, suspects)
+
+
+def stats(
+    session: Session,
+    *,
+    since: dt.datetime,
+    until: dt.datetime,
+    recurrence_days: int,
+    suspect_min_jobs: int,
+    top: int = 10,
+) -> dict[str, Any]:
+    window = (Analysis.created_at >= since, Analysis.created_at < until)
+    done = (*window, Analysis.status == "done")
+    status_counts = dict(
+        session.execute(select(Analysis.status, func.count()).where(*window).group_by(Analysis.status)).all()
+    )
+    per_class = dict(
+        session.execute(
+            select(Analysis.root_class, func.count()).where(*done).group_by(Analysis.root_class)
+        ).all()
+    )
+    per_kind = dict(
+        session.execute(
+            select(Analysis.root_kind, func.count()).where(*done).group_by(Analysis.root_kind)
+        ).all()
+    )
+    is_pg = session.get_bind().dialect.name == "postgresql"
+    day = func.date(func.timezone("UTC", Analysis.created_at)) if is_pg else func.date(Analysis.created_at)
+    per_day_rows = session.execute(
+        select(day, Analysis.root_class, func.count()).where(*done).group_by(day, Analysis.root_class)
+    ).all()
+    per_day: dict[str, dict[str, int]] = {}
+    per_day_class: dict[str, dict[str, int]] = {}
+    for d, root_class, n in per_day_rows:
+        key = str(d)[:10]
+        slot = per_day.setdefault(key, {"total": 0, "unknown": 0})
+        slot["total"] += int(n)
+        if root_class == "unknown":
+            slot["unknown"] += int(n)
+        by = per_day_class.setdefault(key, {})
+        by[str(root_class)] = by.get(str(root_class), 0) + int(n)
+    total_done = sum(int(v) for v in per_class.values())
+    unknown = int(per_class.get("unknown", 0))
+    recurring_rows = session.execute(
+        select(
+            Analysis.fingerprint,
+            func.count(),
+            func.min(Analysis.created_at),
+            func.max(Analysis.created_at),
+            func.max(Analysis.id),
+            func.count(func.distinct(func.coalesce(Analysis.job_id, Analysis.id))),
+        )
+        .where(*done, Analysis.fingerprint.is_not(None), Analysis.duplicate_of_id.is_(None))
+        .group_by(Analysis.fingerprint)
+        .order_by(func.count().desc(), func.max(Analysis.id).desc())
+        .limit(top)
+    ).all()
+    recurring = []
+    for fp, n, first, last, latest, jobs in recurring_rows:
+        latest_row = session.get(Analysis, latest)
+        root = (latest_row.result or {}).get("root_cause") if latest_row else None
+        recurring.append(
+            {
+                "fingerprint": fp,
+                "count": int(n),
+                "jobs": int(jobs),
+                "failure_class": latest_row.root_class if latest_row else None,
+                "rule_id": latest_row.root_rule_id if latest_row else None,
+                "title": root["title"] if root else None,
+                "first_seen": iso_utc(first),
+                "last_seen": iso_utc(last),
+                "latest_analysis_id": latest,
+            }
+        )
+    feedback_counts = dict(
+        session.execute(
+            select(Feedback.verdict, func.count())
+            .join(Analysis, Analysis.id == Feedback.analysis_id)
+            .where(*window)
+            .group_by(Feedback.verdict)
+        ).all()
+    )
+    suspects = suspect_hosts(session, days=recurrence_days, min_jobs=suspect_min_jobs, now=until)
+    return {
+        "since": iso_utc(since),
+        "until": iso_utc(until),
+        "analyses": int(sum(status_counts.values())),
+        "by_status": {k: int(v) for k, v in status_counts.items()},
+        "by_class": {k: int(v) for k, v in sorted(per_class.items(), key=lambda kv: (-kv[1], kv[0]))},
+        "by_kind": {k: int(v) for k, v in sorted(per_kind.items(), key=lambda kv: (-kv[1], kv[0]))},
+        "by_day": dict(sorted(per_day.items())),
+        "by_day_class": dict(sorted(per_day_class.items())),
+        "unknown_rate": round(unknown / total_done, 4) if total_done else None,
+        "top_recurring": recurring,
+        "suspect_hosts": [
+            {
+                "host": s.host,
+                "failures": s.failures,
+                "jobs": s.jobs,
+                "classes": s.classes,
+                "first_seen": iso_utc(s.first_seen),
+                "last_seen": iso_utc(s.last_seen),
+                "latest_analysis_id": s.latest_analysis_id,
+            }
+            for s in suspects
+        ],
+        "feedback": {k: int(v) for k, v in feedback_counts.items()},
+    }
+
+
+def rule_activity(session: Session, *, since: Sequence[dt.datetime]) -> dict[str, dict[str, list[int]]]:
+    """Per rule: in how many analyses since each given time it fired, as the root cause and in
+    any role (`{"root": [n, ...], "any": [n, ...]}`, one number per time)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for i, start in enumerate(since):
+        any_rows = session.execute(
+            select(Finding.rule_id, func.count(func.distinct(Finding.analysis_id)))
+            .join(Analysis, Analysis.id == Finding.analysis_id)
+            .where(Analysis.created_at >= start)
+            .group_by(Finding.rule_id)
+        )
+        for rid, n in any_rows:
+            slot = out.setdefault(str(rid), {"root": [0] * len(since), "any": [0] * len(since)})
+            slot["any"][i] = int(n)
+        root_rows = session.execute(
+            select(func.coalesce(Analysis.root_rule_id, ""), func.count())
+            .where(Analysis.created_at >= start, Analysis.root_rule_id.is_not(None))
+            .group_by(Analysis.root_rule_id)
+        )
+        for rid, n in root_rows:
+            slot = out.setdefault(str(rid), {"root": [0] * len(since), "any": [0] * len(since)})
+            slot["root"][i] = int(n)
+    return out
+
+
+def rule_feedback(session: Session, *, rule_id: str | None = None) -> dict[str, dict[str, int]]:
+    """Feedback verdicts on analyses whose root cause each rule named: its precision."""
+    stmt = (
+        select(Analysis.root_rule_id, Feedback.verdict, func.count())
+        .join(Feedback, Feedback.analysis_id == Analysis.id)
+        .where(Analysis.root_rule_id.is_not(None))
+        .group_by(Analysis.root_rule_id, Feedback.verdict)
+    )
+    if rule_id is not None:
+        stmt = stmt.where(Analysis.root_rule_id == rule_id)
+    out: dict[str, dict[str, int]] = {}
+    for rid, verdict, n in session.execute(stmt):
+        out.setdefault(str(rid), {})[str(verdict)] = int(n)
+    return out
+
+
+def rule_comments(session: Session, *, rule_id: str, limit: int = 10) -> list[dict[str, Any]]:
+    """The latest feedback on analyses the rule led, with comments and corrections."""
+    rows = session.execute(
+        select(
+            Feedback.analysis_id,
+            Feedback.created_at,
+            Feedback.verdict,
+            Feedback.correct_class,
+            Feedback.comment,
+        )
+        .join(Analysis, Analysis.id == Feedback.analysis_id)
+        .where(Analysis.root_rule_id == rule_id)
+        .order_by(Feedback.id.desc())
+        .limit(limit)
+    )
+    return [
+        {
+            "analysis_id": aid,
+            "created_at": iso_utc(created),
+            "verdict": verdict,
+            "correct_class": correct,
+            "comment": comment,
+        }
+        for aid, created, verdict, correct, comment in rows
+    ]

@@ -1,0 +1,260 @@
+"""Training metrics from log lines, in the layouts loggers actually print; and checks on them.
+
+Layouts understood (one parser, tried in this order on a line):
+- Megatron's `|`-separated iteration lines: `iteration  100/ 1000 | lm loss: 7.0E+00 | grad norm: 2.3 |`
+- dicts (Python repr or JSON): `{'loss': 0.52, 'grad_norm': 1.3, 'epoch': 0.1}`
+- verl-style ` - `-separated `key:value`: `step:12 - actor/pg_loss:0.01 - actor/grad_norm:nan`
+- `key=value` lists, also a tqdm postfix: `[00:10<00:00, 4.9it/s, loss=0.52, lr=1e-05]`
+- `key: value` pairs: `step: 10, loss: 0.52, grad_norm: inf`
+- space-separated `key value` tables: `step 10 loss 0.5231 grad_norm 1.20 lr 1e-5`
+- W&B's run summary: `wandb:   train/loss 0.12345`
+
+A metric is a name with a number (or nan/inf). The parser only looks at lines that name one of
+the metrics it knows to be training signals (loss, grad norm, reward, kl, entropy, lr, step
+time, throughput, ...); everything else is left alone, so a log of a billion lines costs nothing
+beyond the tail it is given (app.engine.scan keeps each file's last lines for it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|NAN|inf|Inf|INF|infinity|Infinity)"
+_KEY = r"[A-Za-z_][\w./-]*(?: [A-Za-z_][\w/-]*){0,5}"
+# names that are training signals: substrings of the normalised metric name
+SIGNALS = (
+    "loss",
+    "grad_norm",
+    "gradnorm",
+    "grad norm",
+    "reward",
+    "score",
+    "kl",
+    "entropy",
+    "lr",
+    "learning_rate",
+    "learning rate",
+    "step_time",
+    "_time",
+    "time_per",
+    "elapsed",
+    "throughput",
+    "tokens_per",
+    "samples_per",
+    "it/s",
+    "perplexity",
+    "ppl",
+    "clip",
+    "advantage",
+    "value",
+    "skipped",
+    "nan iterations",
+)
+STEP_KEYS = (
+    "step",
+    "iteration",
+    "iter",
+    "global_step",
+    "epoch_step",
+    "train/global_step",
+    "trainer/global_step",
+)
+
+_MEGATRON = re.compile(r"\biteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|")
+_PIPE_PAIR = re.compile(rf"\|\s*(?P<k>[A-Za-z][\w ()/.-]*?)\s*:\s*(?P<v>{_NUM})\s*(?=\|)")
+_DICT = re.compile(r"\{[^{}]*\}")
+_DICT_PAIR = re.compile(rf"['\"](?P<k>[^'\"]+)['\"]\s*:\s*(?:tensor\()?(?P<v>{_NUM})")
+_DASH_PAIR = re.compile(rf"(?:^|\s-\s)(?P<k>[A-Za-z_][\w./-]*):\s*(?P<v>{_NUM})(?=\s+-\s|\s*$)")
+_EQ_PAIR = re.compile(rf"(?<![\w./-])(?P<k>[A-Za-z_][\w./-]*)\s*=\s*(?P<v>{_NUM})(?![\w.])")
+_COLON_PAIR = re.compile(rf"(?<![\w./-])(?P<k>{_KEY}):\s+(?P<v>{_NUM})(?![\w.:])")
+_SPACE_PAIR = re.compile(rf"(?<![\w./-])(?P<k>[A-Za-z_][\w./-]*)\s+(?P<v>{_NUM})(?![\w.:])")
+_CONFIG_VALUE = re.compile(r"['\"]\s*:\s*(?:['\"]|True\b|False\b|None\b|\[)")
+_WANDB = re.compile(rf"^wandb:\s+(?P<k>[\w./-]+)\s+(?P<v>{_NUM})\s*$")
+_STEP_WORD = re.compile(r"(?<![\w./-])(?:step|iteration|iter)[\s:=]+(?P<step>\d+)\b", re.IGNORECASE)
+
+
+@dataclass
+class MetricPoint:
+    line: int  # 1-based line number in its file
+    step: int | None
+    values: dict[str, float]
+    rank: int | None = None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def metric_text(raw: bytes) -> str:
+    """A log line as its last progress-bar redraw shows it (tqdm rewrites a line with \\r)."""
+    text = raw.decode("utf-8", errors="replace")
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = parts[-1] if parts else ""
+    return text
+
+
+def normalise_name(key: str) -> str:
+    return re.sub(r"\s+", " ", key.strip().lower())
+
+
+# settings that name a signal (`max_grad_norm: 1.0`, `warmup_lr`), not a measurement of it
+_SETTING_PREFIXES = ("max_", "min_", "init", "warmup", "target_", "clip_", "log_", "num_", "decay", "base_")
+
+
+def is_signal(name: str) -> bool:
+    n = name.replace("-", "_")
+    if n.rsplit("/", 1)[-1].startswith(_SETTING_PREFIXES):
+        return False
+    if n in ("lr",) or n.endswith(("/lr", "_lr")):
+        return True
+    return any(s in n for s in SIGNALS if s != "lr")
+
+
+def to_float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _pairs(line: str) -> list[tuple[str, str]]:
+    m = _MEGATRON.search(line)
+    if m:
+        return [
+            ("iteration", m.group("step")),
+            *((p.group("k"), p.group("v")) for p in _PIPE_PAIR.finditer(line + "|")),
+        ]
+    d = _DICT.search(line)
+    if d and ":" in d.group(0):
+        if _CONFIG_VALUE.search(d.group(0)):
+            return []  # a dict with text values is a config or argument dump, not metrics
+        found = [(p.group("k"), p.group("v")) for p in _DICT_PAIR.finditer(d.group(0))]
+        if found:
+            return found
+    w = _WANDB.match(line.strip())
+    if w:
+        return [(w.group("k"), w.group("v"))]
+    if " - " in line:
+        found = [(p.group("k"), p.group("v")) for p in _DASH_PAIR.finditer(line)]
+        if len(found) >= 2:
+            return found
+    found = [(p.group("k"), p.group("v")) for p in _EQ_PAIR.finditer(line)]
+    if found:
+        return found
+    found = [(p.group("k"), p.group("v")) for p in _COLON_PAIR.finditer(line)]
+    if found:
+        return found
+    return [(p.group("k"), p.group("v")) for p in _SPACE_PAIR.finditer(line)]
+
+
+def parse_line(line: str, lineno: int) -> MetricPoint | None:
+    """The metrics one line reports, or None when it reports no training signal."""
+    if len(line) > 8192 or not any(c.isdigit() or c in "nNiI" for c in line):
+        return None
+    values: dict[str, float] = {}
+    step: int | None = None
+    for key, raw in _pairs(line):
+        name = normalise_name(key)
+        v = to_float(raw)
+        if v is None:
+            continue
+        if name in STEP_KEYS or name.endswith(("global_step", "/step")):
+            if v == v and not math.isinf(v) and v >= 0:
+                step = int(v)
+            continue
+        if is_signal(name):
+            values[name] = v
+    if not values:
+        return None
+    if step is None:
+        sm = _STEP_WORD.search(line)
+        if sm:
+            step = int(sm.group("step"))
+    return MetricPoint(lineno, step, values)
+
+
+def parse_lines(lines: Iterable[tuple[int, str]], *, keep: int = 5000) -> list[MetricPoint]:
+    """Metric points of (lineno, text) lines, at most the last `keep`."""
+    out: list[MetricPoint] = []
+    for lineno, text in lines:
+        p = parse_line(text, lineno)
+        if p is not None:
+            out.append(p)
+            if len(out) > 2 * keep:
+                del out[:keep]
+    return out[-keep:]
+
+
+# --- checks ---------------------------------------------------------------------------------
+
+
+@dataclass
+class MetricIssue:
+    kind: str  # not_finite | spike | above
+    name: str
+    line: int
+    step: int | None
+    value: float
+    baseline: float | None = None  # the typical value before (spikes)
+    detail: str = ""
+
+
+@dataclass
+class MetricSummary:
+    points: list[MetricPoint]
+    issues: list[MetricIssue] = field(default_factory=list)
+
+    @property
+    def last_step(self) -> int | None:
+        steps = [p.step for p in self.points if p.step is not None]
+        return max(steps) if steps else None
+
+    def series(self, name: str) -> list[tuple[int | None, float, int]]:
+        return [(p.step, p.values[name], p.line) for p in self.points if name in p.values]
+
+
+SPIKE_FACTOR = 10.0  # a value this many times the median of the values before it
+SPIKE_MIN_HISTORY = 8
+# names whose size matters: a loss or a gradient norm blowing up; a learning rate or a step
+# count growing is normal
+_SPIKE_NAMES = ("loss", "grad_norm", "gradnorm", "grad norm", "kl")
+
+
+def check(points: list[MetricPoint]) -> MetricSummary:
+    """Non-finite values of any signal; spikes of losses, grad norms and KL."""
+    summary = MetricSummary(points)
+    history: dict[str, list[float]] = {}
+    reported: set[tuple[str, str]] = set()
+    for p in points:
+        for name, v in p.values.items():
+            if math.isnan(v) or math.isinf(v):
+                if ("not_finite", name) not in reported:
+                    reported.add(("not_finite", name))
+                    summary.issues.append(MetricIssue("not_finite", name, p.line, p.step, v))
+                continue
+            past = history.setdefault(name, [])
+            spiky = any(s in name.replace("-", "_") for s in _SPIKE_NAMES)
+            if spiky and len(past) >= SPIKE_MIN_HISTORY and ("spike", name) not in reported:
+                recent = sorted(abs(x) for x in past[-50:])
+                median = recent[len(recent) // 2]
+                if median > 0 and abs(v) >= SPIKE_FACTOR * median:
+                    reported.add(("spike", name))
+                    summary.issues.append(
+                        MetricIssue(
+                            "spike",
+                            name,
+                            p.line,
+                            p.step,
+                            v,
+                            baseline=median,
+                            detail=f"{name} {v:g} at step {p.step}: "
+                            f"{abs(v) / median:.0f}x its median of {median:g}",
+                        )
+                    )
+            past.append(v)
+    return summary

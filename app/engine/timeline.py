@@ -1,0 +1,691 @@
+"""When, where and why a job stopped: per-rank timeline, collective forensics, fail-slow.
+
+Built from what the scan kept (app.engine.scan): the *probe* lines (watchdog, PG status,
+collective fingerprints, gloo timeouts, wherever they are in the logs), each file's last lines
+and its training metrics. Pure: no I/O.
+
+Collective forensics reads plain logs, no flight-recorder dump needed. Per process group and
+rank: the collective each rank timed out on (SeqNum, OpType, NumelIn/Out) and its last enqueued
+and last completed work. Then:
+- ranks blocked on the *same* sequence number with a different op or size: the ranks disagree on
+  the collective (a code desync: `dist.collective_mismatch`); the rank that enqueued more ran ahead;
+- ranks blocked on *different* sequence numbers: one rank issued fewer (or more) collectives than
+  the others: a collective was skipped (or added) on it, also a code desync; the rank that issued
+  fewer is named;
+- every rank still on its first collective (last completed -1): rendezvous or network;
+- every rank on the same collective, same op and size: the job waited for something outside these
+  lines (a straggler or a dead rank elsewhere, hardware or network); the ranks that never reported
+  a timeout, or went silent first, are named.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from app.engine import flight
+from app.engine.clock import parse_time, year_of
+from app.engine.failslow import fail_slow
+from app.engine.forensics import (
+    OBJECT_COLLECTIVES,
+    CallSite,
+    call_sites,
+    later_in_same_function,
+    normalise,
+    ordering,
+)
+from app.engine.stacks import stack_autopsy
+from app.engine.timeline_model import (
+    _FAILURE,
+    _NOISE,
+    CollectiveRow,
+    Line,
+    RankState,
+    Timeline,
+    Verdict,
+    phase_field,
+    phase_of,
+)
+
+# --- probes: scanned everywhere by the main multi-pattern pass ------------------------------------
+
+_PG_RANK = r"\[PG (?:ID )?(?P<pg>\d+)[^\]]*?Rank (?P<prank>\d+)\]"
+_FP = (
+    r"CollectiveFingerPrint\(SequenceNumber=(?P<s{0}>\d+), OpType=(?P<o{0}>\w+), "
+    r"TensorShape=\[(?P<shape_{0}>[^\]]*)\]"
+)
+PROBES: dict[str, str] = {
+    "watchdog": (
+        r"(?:\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?)?Rank (?P<prank>\d+)\] )?"
+        r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
+        r"(?:, NumelIn=(?P<numel_in>-?\d+), NumelOut=(?P<numel_out>-?\d+))?, "
+        r"Timeout\(ms\)=(?P<timeout_ms>\d+)\)"
+        r" ran for (?P<ran_ms>\d+) milliseconds"
+    ),
+    "pg_status": (
+        _PG_RANK + r"[^\n]*?[Ll]ast enqueued (?:NCCL )?work: (?P<enq>-?\d+), "
+        r"last completed (?:NCCL )?work: (?P<done>-?\d+)"
+    ),
+    "fingerprint": (
+        r"Detected mismatch between collectives on ranks\. Rank (?P<ra>\d+) is running collective: "
+        + _FP.format("a")
+        + r".*?, but Rank (?P<rb>\d+) is running collective: "
+        + _FP.format("b")
+    ),
+    "gloo_timeout": r"Timed out waiting (?P<timeout_ms>\d+)ms for (?P<op>recv|send) operation to complete",
+    # gloo's pair.cc when a peer sends more than the op expects (gloo names it a collective mismatch)
+    "gloo_mismatch": r"op\.preamble\.length <= op\.nbytes\. (?P<got>\d+) vs (?P<want>\d+)",
+    "monitored_barrier": r"Ranks? (?P<ranks>\d+(?:, \d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms",
+}
+
+# --- building ----------------------------------------------------------------------------------
+
+
+def _int(v: str | None) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def collectives(probes: Iterable[tuple[str, str, Any]], year: int | None) -> list[CollectiveRow]:
+    """Per (pg, rank): the collective it timed out on and its PG status, from probe hits
+    (name, file, HitRecord)."""
+    rows: dict[tuple[str, int], CollectiveRow] = {}
+    for name, file, rec in probes:
+        if name not in ("watchdog", "pg_status"):
+            continue
+        g = rec.groups
+        rank = _int(g.get("prank"))
+        if rank is None:
+            rank = rec.ctx.rank
+        if rank is None:
+            continue
+        pg = g.get("pg") or "0"
+        row = rows.setdefault((pg, rank), CollectiveRow(rank=rank, pg=pg))
+        t = parse_time(rec.text, year_hint=year)
+        if name == "watchdog" and row.seq is None:
+            row.seq = _int(g.get("seq"))
+            row.op = g.get("op")
+            row.numel_in = _int(g.get("numel_in"))
+            row.numel_out = _int(g.get("numel_out"))
+            row.timeout_ms = _int(g.get("timeout_ms"))
+            row.time = t
+            row.where = Line(file, rec.line, rec.text, t)
+        elif name == "pg_status" and row.last_enqueued is None:
+            row.last_enqueued = _int(g.get("enq"))
+            row.last_completed = _int(g.get("done"))
+            if row.time is None:
+                row.time = t
+    # a PG status line without its pg id matches a watchdog row of pg 0 ("[Rank 1] Watchdog ...")
+    for (pg, rank), row in list(rows.items()):
+        if row.seq is None and pg != "0" and ("0", rank) in rows and rows[("0", rank)].last_enqueued is None:
+            rows[("0", rank)].last_enqueued = row.last_enqueued
+            rows[("0", rank)].last_completed = row.last_completed
+            del rows[(pg, rank)]
+    return list(rows.values())
+
+
+def _size(r: CollectiveRow) -> str:
+    if r.numel_in is None:
+        return f"{r.op}"
+    return f"{r.op} of {r.numel_in:,} elements"
+
+
+def judge_collectives(
+    rows: Sequence[CollectiveRow], known_ranks: set[int], states: dict[int, RankState] | None = None
+) -> list[Verdict]:
+    """Verdicts from the collective table. Rows with a sequence number are ranks whose watchdog
+    fired on that collective; rows without one only carry a rank's PG status (the line every
+    rank prints when it dumps its flight recorder on another rank's signal)."""
+    out: list[Verdict] = []
+    by_pg: dict[str, list[CollectiveRow]] = defaultdict(list)
+    status: dict[str, list[CollectiveRow]] = defaultdict(list)
+    for r in rows:
+        (by_pg if r.seq is not None else status)[r.pg].append(r)
+    for pg, group in sorted(by_pg.items()):
+        group.sort(key=lambda r: r.rank)
+        ev = [r.where for r in group if r.where is not None][:4]
+        seqs = {r.seq for r in group}
+        timed = {r.rank for r in group}
+        others = [r for r in status.get(pg, []) if r.rank not in timed]
+        if len(seqs) == 1:
+            seq = group[0].seq
+            assert seq is not None
+            shapes = Counter((r.op, r.numel_in) for r in group)
+            if len(group) >= 2 and len(shapes) > 1:
+                common = shapes.most_common(1)[0][0]
+                odd = [r.rank for r in group if (r.op, r.numel_in) != common] or [group[-1].rank]
+                enq = {r.rank: r.last_enqueued for r in group if r.last_enqueued is not None}
+                ahead = max(enq, key=lambda k: enq[k]) if len(set(enq.values())) > 1 else None
+                desc = " vs ".join(f"rank {r.rank}: {_size(r)}" for r in group[:6])
+                summary = (
+                    f"ranks disagree on the collective at sequence {seq} ({desc}): a code desync, "
+                    "not a network fault"
+                )
+                if ahead is not None:
+                    summary += f"; rank {ahead} ran ahead (last enqueued {enq[ahead]} vs {min(enq.values())})"
+                    odd = [ahead]
+                out.append(_desync("mismatch", summary, odd, seq, ev))
+                continue
+            if all(r.last_completed == -1 for r in group if r.last_completed is not None) and any(
+                r.last_completed is not None for r in group
+            ):
+                out.append(
+                    Verdict(
+                        "first_collective",
+                        f"the first collective (sequence {seq}) never completed on any rank: the ranks never "
+                        "connected (rendezvous, network interface or firewall), not the model code",
+                        [],
+                        seq=seq,
+                        evidence=ev,
+                    )
+                )
+                continue
+            # the ranks that only reported their PG status: they either completed this collective
+            # (then they ran another one against it: a desync) or never enqueued it (they lag)
+            done = sorted(r.rank for r in others if r.last_completed is not None and r.last_completed >= seq)
+            never = sorted(r.rank for r in others if r.last_enqueued is not None and r.last_enqueued < seq)
+            ev += [r.where for r in others if r.where is not None][:2]
+            if done:
+                waiting = sorted(timed)
+                summary = (
+                    f"collective {seq} completed on {_who(done)} but never on rank(s) "
+                    f"{_names(waiting)} ({_size(group[0])}): the ranks did not run the same collective "
+                    "at that point, a code desync"
+                )
+                out.append(_desync("completion", summary, waiting, seq, ev))
+                continue
+            missing = sorted(set(never) | (known_ranks - timed - {r.rank for r in others}))
+            if len(group) == 1 and not never:
+                missing = sorted(known_ranks - timed)
+                summary = f"only rank {group[0].rank} timed out (sequence {seq}, {_size(group[0])})"
+                if missing:
+                    summary += f"; {_who(missing)} never joined it: they lag or stopped"
+                out.append(Verdict("straggler", summary, missing, seq=seq, evidence=ev))
+                continue
+            same = "the same collective" if len(timed) > 1 else "collective"
+            summary = f"{_who(sorted(timed))} timed out on {same} {seq} ({_size(group[0])})"
+            if never:
+                enq_of = {r.rank: r.last_enqueued for r in others}
+                last = ", ".join(f"{enq_of[r]}" for r in never)
+                summary += (
+                    f"; {_who(never)} never issued it (last enqueued {last}): "
+                    f"{'it lags' if len(never) == 1 else 'they lag'} - a straggler, or stuck outside NCCL"
+                )
+            elif missing:
+                summary += f"; {_who(missing)} never reached it"
+            else:
+                summary += (
+                    ": the job waited on something outside these lines (another rank, the network or a GPU)"
+                )
+            out.append(
+                Verdict("uniform" if not never else "straggler", summary, missing, seq=seq, evidence=ev)
+            )
+        else:
+            seq_of = {r.rank: r.seq for r in group if r.seq is not None}
+            lo, hi = min(seq_of.values()), max(seq_of.values())
+            behind = [rk for rk, s in seq_of.items() if s == lo]
+            front = [rk for rk, s in seq_of.items() if s == hi]
+            summary = (
+                f"ranks are blocked on different collectives: {_who(behind)} on sequence {lo}, "
+                f"{_who(front)} on {hi}: {_who(behind)} issued {hi - lo} collective(s) fewer - one "
+                "was skipped there (or added on the others), a code desync"
+            )
+            out.append(_desync("desync", summary, behind, lo, ev))
+    return out
+
+
+def _names(ranks: Iterable[int]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+def _who(ranks: Iterable[int]) -> str:
+    """'rank 1' or 'ranks 1, 3'."""
+    rs = list(ranks)
+    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {_names(rs)}"
+
+
+def _desync(kind: str, summary: str, ranks: list[int], seq: int | None, ev: list[Line]) -> Verdict:
+    return Verdict(
+        kind, summary, ranks, "dist.collective_mismatch", seq, evidence=ev, trigger="collective_desync"
+    )
+
+
+def fingerprint_verdicts(probes: Iterable[tuple[str, str, Any]], year: int | None) -> list[Verdict]:
+    out = []
+    seen: set[tuple[str, str]] = set()
+    for name, file, rec in probes:
+        if name != "fingerprint":
+            continue
+        g = rec.groups
+        key = (g.get("ra", ""), g.get("rb", ""))
+        if key in seen:
+            continue
+        seen.add(key)
+        a = f"rank {g.get('ra')}: {g.get('oa')} [{g.get('shape_a')}]"
+        b = f"rank {g.get('rb')}: {g.get('ob')} [{g.get('shape_b')}]"
+        out.append(
+            Verdict(
+                "mismatch",
+                f"torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL) found ranks running different "
+                f"collectives at sequence {g.get('sa')}: {a} vs {b}",
+                [],
+                "dist.collective_mismatch",
+                _int(g.get("sa")),
+                evidence=[Line(file, rec.line, rec.text, parse_time(rec.text, year_hint=year))],
+                trigger="collective_desync",
+            )
+        )
+    return out
+
+
+_ERROR = re.compile(
+    r"Traceback \(most recent|\w(?:Error|Exception)\b|Watchdog caught|[Tt]imed out|what\(\):|"
+    r"terminate called|FAILED|failed to pass monitoredBarrier|Connection (?:reset|closed|refused)"
+)
+_COMM_ERROR = re.compile(
+    r"[Tt]imed out|[Tt]imeout\b(?![=:\s]*[\d.])|Connection (?:reset|closed)|closed by peer|DistBackendError|"
+    r"NCCL error|ncclRemoteError|Watchdog caught|collective mismatch|Broken pipe|remote process exited|"
+    r"[Gg]loo"
+)
+_PEER_LOST = re.compile(
+    r"Connection (?:reset|closed) by peer|closed by peer|remote process exited|Broken pipe"
+)
+
+
+def _rank_states(scans: Sequence[Any], year: int | None) -> dict[int, RankState]:
+    from app.engine.lines import parse_context
+
+    states: dict[int, RankState] = {}
+    progress: dict[int, list[tuple[float, int, int, str]]] = defaultdict(list)
+    site_lines: list[tuple[str, int, int | None, str]] = []
+    for fi, scan in enumerate(scans):
+        carried = -math.inf  # lines without a time sort after the last timed line of their file
+        in_trace: set[int] = set()  # ranks inside a traceback or stack dump: its lines are not progress
+        for lineno, text in scan.tail:
+            if text.startswith(("[FR rank", "# PyTorch flight recorder")):
+                continue  # a rendered flight-recorder dump (app.engine.flight): not the rank's output
+            ctx = parse_context(text)
+            rank = ctx.rank if ctx.rank is not None else scan.rank_hint
+            if rank is None:
+                continue
+            st = states.setdefault(rank, RankState(rank))
+            if scan.name not in st.files:
+                st.files.append(scan.name)
+            if ctx.where:
+                st.hosts.add(ctx.where)
+            message = ctx.message
+            site_lines.append((scan.name, lineno, rank, message))
+            t = parse_time(text, year_hint=year)
+            if t is not None:
+                carried = t
+                st.first_time = t if st.first_time is None else min(st.first_time, t)
+                st.last_time = t if st.last_time is None else max(st.last_time, t)
+            line = Line(scan.name, lineno, text, t)
+            st.last_line = line
+            if (
+                message.startswith(("Traceback (most recent", "Stack trace of"))
+                or "Stack trace of" in message
+            ):
+                in_trace.add(rank)
+            elif rank in in_trace and message[:1] not in (" ", "\t", "#") and message.strip():
+                in_trace.discard(rank)  # the exception line ends it
+                st.failed = st.failed or bool(_ERROR.search(message))
+                continue
+            if rank in in_trace:
+                continue
+            if _FAILURE.search(message):
+                if _ERROR.search(message):
+                    st.failed = True
+                if t is not None and (st.failure_time is None or t < st.failure_time):
+                    st.failure_time = t
+                continue
+            if "phase" in message:
+                hinted = phase_field(message)
+                if hinted:
+                    st.phase_hint = hinted
+            if _NOISE.search(message) or (t is None and not message.strip()):
+                continue
+            progress[rank].append((carried, fi, lineno, normalise(message)))
+            prev = st.last_activity
+            # across a rank's files (stdout and stderr) the later by time wins; without times,
+            # the later line of the same file
+            if (
+                prev is None
+                or (t is not None and (prev.time is None or t >= prev.time))
+                or (t is None and prev.time is None and prev.file == scan.name)
+            ):
+                st.last_activity = line
+    for rank, items in progress.items():
+        items.sort(key=lambda x: (x[0], x[1], x[2]))
+        states[rank].progress.lines = [x[3] for x in items]
+    for rank, site in call_sites(site_lines).items():
+        if rank in states:
+            states[rank].site = site
+            if site.error:
+                states[rank].failed = True
+    for st in states.values():
+        if st.last_activity is not None:
+            st.phase = phase_of(st.last_activity.text)
+        st.phase = st.phase_hint or st.phase
+    return states
+
+
+def silent_verdict(states: dict[int, RankState], base: Verdict | None) -> Verdict | None:
+    """A rank whose last activity is well before the others' failure: it stopped first."""
+    last: dict[int, float] = {}
+    for r, s in states.items():
+        if s.last_activity is not None and s.last_activity.time is not None:
+            last[r] = s.last_activity.time
+    if len(last) < 2:
+        return None
+    order = sorted(last, key=lambda r: last[r])
+    first, rest = order[0], order[1:]
+    gap = min(last[r] for r in rest) - last[first]
+    fails = [s.failure_time for s in states.values() if s.failure_time is not None]
+    if gap < 5.0 or (fails and min(fails) < last[first]):
+        return None  # no clear gap, or something failed before it went quiet
+    st = states[first]
+    act = st.last_activity
+    assert act is not None
+    summary = (
+        f"rank {first} stopped logging {gap:.0f} s before the other ranks; its last line was "
+        f"{act.text.strip()[:160]!r} ({act.file}:{act.line})"
+    )
+    if st.phase:
+        summary += f", in the {st.phase} phase"
+    return Verdict("silent_rank", summary, [first], phase=st.phase, evidence=[act])
+
+
+VANISHED_GAP_S = 10.0  # the others went on printing at least this long after its last line
+
+
+def quiet_verdict(states: dict[int, RankState], timed_out: dict[int, str]) -> Verdict | None:
+    """Ranks that printed no error while the others failed in a collective: they are what the
+    others waited for. When such a rank printed nothing at all (not even a heartbeat) for a
+    while before the others gave up, or the others lost the connection to it, its process ended
+    without a word (`nccl.error`: remote process exited); otherwise it lagged or hung.
+    `timed_out`: ranks whose collective timed out per the probes (watchdog, gloo), described."""
+    if len(states) < 2:
+        return None
+    failed = {r: s for r, s in states.items() if s.failed}
+    quiet = sorted(r for r, s in states.items() if not s.failed and s.last_line is not None)
+    if not failed or not quiet:
+        return None
+    comm = [
+        s for s in failed.values() if s.site is not None and s.site.error and _COMM_ERROR.search(s.site.error)
+    ]
+    comm += [
+        s for s in failed.values() if s.site is not None and s.site.source == "watchdog" and s not in comm
+    ]
+    described = {s.rank: f"rank {s.rank} ({s.site.describe()})" for s in comm if s.site is not None}
+    for r, what in timed_out.items():
+        if r in states and r not in quiet:
+            described.setdefault(r, f"rank {r} ({what})")
+    if not described:
+        return None
+    peer_lost = any(s.site is not None and s.site.error and _PEER_LOST.search(s.site.error) for s in comm)
+    ends = [s.last_time for r, s in states.items() if r not in quiet and s.last_time is not None]
+    gone = []
+    for r in quiet:
+        t = states[r].last_time
+        if peer_lost or (t is not None and ends and max(ends) - t >= VANISHED_GAP_S):
+            gone.append(r)
+
+    act = states[quiet[0]].last_activity or states[quiet[0]].last_line
+    assert act is not None
+    waiting = ", ".join(described[r] for r in sorted(described)[:3])
+    last = f"its last line: {act.text.strip()[:160]!r} ({act.file}:{act.line})"
+    if gone == quiet:
+        how = "lost the connection to it" if peer_lost else "timed out waiting for it"
+        summary = (
+            f"{_who(quiet)} printed no error and nothing after its last line while {waiting} "
+            f"{how}: the process of {_who(quiet)} ended without a message (killed, or exited "
+            f"from the code); {last}"
+        )
+        return Verdict(
+            "vanished",
+            summary,
+            quiet,
+            "nccl.error",
+            phase=states[quiet[0]].phase,
+            evidence=[act],
+            trigger="rank_exited",
+        )
+    summary = (
+        f"{_who(quiet)} reported no error while {waiting} failed waiting in a collective: "
+        f"{_who(quiet)} lagged or hung; {last}"
+    )
+    return Verdict("straggler", summary, quiet, phase=states[quiet[0]].phase, evidence=[act])
+
+
+def gloo_mismatch_verdicts(probes: Iterable[tuple[str, str, Any]], year: int | None) -> list[Verdict]:
+    for name, file, rec in probes:
+        if name != "gloo_mismatch":
+            continue
+        g = rec.groups
+        rank = rec.ctx.rank
+        got, want = g.get("got"), g.get("want")
+        sizes = f" (it received {int(got):,} bytes where it expected {int(want):,})" if got and want else ""
+        who = f"rank {rank}" if rank is not None else "a rank"
+        summary = (
+            f"gloo found {who} receiving data of another size than the collective it was running"
+            f"{sizes}: the ranks ran different collectives, a code desync"
+        )
+        ev = [Line(file, rec.line, rec.text, parse_time(rec.text, year_hint=year))]
+        return [_desync("mismatch", summary, [], None, ev)]
+    return []
+
+
+_GARBAGE = re.compile(
+    r"out of memory|Tried to allocate|UnpicklingError|invalid load key|pickle data was truncated|"
+    r"bad_alloc|negative dimension|Invalid buffer size|size mismatch",
+    re.I,
+)
+
+
+def site_verdicts(states: dict[int, RankState]) -> list[Verdict]:
+    """Desyncs the ranks' own stacks show: a rank that failed with nonsense sizes inside an
+    object collective (its peers sent something else), or ranks that failed in collectives called
+    from different places of the user's code."""
+    out: list[Verdict] = []
+    sites = {r: s.site for r, s in states.items() if s.site is not None}
+    for r, cs in sorted(sites.items()):
+        if cs.collective in OBJECT_COLLECTIVES and cs.error and _GARBAGE.search(cs.error):
+            summary = (
+                f"rank {r} failed inside {cs.describe()} with {cs.error[:140]!r}: the sizes it received "
+                "were garbage because another rank ran a different collective at that point, a code desync"
+            )
+            ev = [Line(cs.file, cs.line, cs.error, None)]
+            v = _desync("mismatch", summary, [], None, ev)
+            v.phase = _site_phase(cs)
+            v.behind = [r]
+            out.append(v)
+    comm = {
+        r: cs
+        for r, cs in sites.items()
+        if cs.collective is not None
+        and cs.collective not in ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+        and (cs.source == "watchdog" or (cs.error is not None and _COMM_ERROR.search(cs.error)))
+    }
+    if len(comm) >= 2 and len({cs.key() for cs in comm.values()}) > 1:
+        progress = {r: states[r].progress for r in comm}
+        ahead, behind = ordering(progress)
+        later = later_in_same_function(comm)
+        if ahead or later:
+            named = ahead or later
+            behind = behind or sorted(set(comm) - set(named))
+            parts = "; ".join(f"rank {r} in {cs.describe()}" for r, cs in sorted(comm.items()))
+            summary = (
+                f"the ranks failed in different collectives ({parts}): they did not call the same "
+                f"collectives, a code desync; {_who(named)} got further (skipped the call "
+                f"the others wait in)"
+            )
+            ev = [Line(cs.file, cs.line, cs.error or cs.describe(), None) for cs in comm.values()][:4]
+            v = _desync("callsite", summary, named, None, ev)
+            v.phase = next((p for r in behind + named if r in comm and (p := _site_phase(comm[r]))), None)
+            out.append(v)
+    return out
+
+
+def _site_phase(cs: CallSite) -> str | None:
+    u = cs.user
+    if u is None:
+        return None
+    return phase_of(f"{u.func.replace('_', ' ')} {u.code}")
+
+
+_TORCHRUN_ROOT = re.compile(r"^Root Cause \(first observed failure\):")
+_TR_FIELD = re.compile(r"^\s+(?P<k>time|host|rank|exitcode|traceback)\s*:\s*(?P<v>.*)$")
+
+
+def launcher_verdict(scans: Sequence[Any], states: dict[int, RankState]) -> Verdict | None:
+    """torchrun's "Root Cause (first observed failure)": the rank the launcher saw fail first. It
+    is the first to *exit*, not always the culprit (a straggler's peer times out first), so this
+    verdict only names a rank when nothing else does."""
+    for scan in scans:
+        fields: dict[str, str] = {}
+        start = None
+        for lineno, text in scan.tail:
+            if start is None:
+                if _TORCHRUN_ROOT.match(text):
+                    start = lineno
+                continue
+            m = _TR_FIELD.match(text)
+            if m:
+                fields.setdefault(m.group("k"), m.group("v").strip())
+            elif text.startswith("====="):
+                break
+        rank = _int((fields.get("rank") or "").split(" ", 1)[0] or None)
+        if start is None or rank is None:
+            continue
+        st = states.get(rank)
+        phase = st.phase if st else None
+        summary = f"torchrun saw rank {rank} fail first (exitcode {fields.get('exitcode', '?')}"
+        if fields.get("traceback", "").startswith("Signal"):
+            summary += f", {fields['traceback']}"
+        summary += ")"
+        if st is not None and st.last_activity is not None:
+            summary += f"; its last line: {st.last_activity.text.strip()[:160]!r}"
+        return Verdict(
+            "first_failure", summary, [rank], phase=phase, evidence=[Line(scan.name, start, "", None)]
+        )
+    return None
+
+
+def _attribute(verdicts: list[Verdict], states: dict[int, RankState]) -> None:
+    """Name the rank(s) of a desync verdict that says which collectives differ but not who ran
+    ahead: the ranks whose own progress lines got further; and its phase: where the ranks that
+    stayed behind wait (the call the others skipped)."""
+    progress = {r: s.progress for r, s in states.items()}
+    ahead, behind = ordering(progress) if len(progress) >= 2 else ([], [])
+    for v in verdicts:
+        if v.failure_class != "dist.collective_mismatch":
+            continue
+        if not v.ranks and ahead:
+            v.ranks = list(ahead)
+            v.summary += f"; {_who(ahead)} got further than the others (skipped a collective)"
+        if v.phase is None:
+            order = (v.behind or behind) + v.ranks
+            sites = [cs for r in order if r in states and (cs := states[r].site) is not None]
+            v.phase = next((p for cs in sites if (p := _site_phase(cs))), None) or next(
+                (states[r].phase for r in order if r in states and states[r].phase), None
+            )
+
+
+def _complete(verdicts: list[Verdict]) -> None:
+    """A desync verdict that shows *what* differs but not *who* (two ranks, no majority) takes the
+    rank(s) and phase another desync verdict names (the watchdogs' table, the ranks' stacks)."""
+    desyncs = [v for v in verdicts if v.failure_class == "dist.collective_mismatch"]
+    for v in desyncs:
+        if v.ranks:
+            continue
+        other = next((o for o in desyncs if o is not v and o.ranks), None)
+        if other is None:
+            continue
+        v.ranks = list(other.ranks)
+        v.phase = v.phase or other.phase
+        v.summary += f"; and {other.summary}"
+
+
+def build(scans: Sequence[Any]) -> Timeline:
+    """The timeline of an analysis from its FileScans."""
+    year = None
+    for scan in scans:
+        for _n, text in scan.tail:
+            year = year_of(text)
+            if year:
+                break
+        if year:
+            break
+    tl = Timeline(year=year)
+    probes = [(name, scan.name, rec) for scan in scans for name, recs in scan.probes.items() for rec in recs]
+    tl.ranks = _rank_states(scans, year)
+    for scan in scans:
+        for mp in scan.metrics:
+            for name, value in mp.values.items():
+                tl.series.setdefault(name, []).append((mp.step, value, None, mp.rank))
+            if mp.step is not None and mp.rank is not None and mp.rank in tl.ranks:
+                st = tl.ranks[mp.rank]
+                st.last_step = mp.step if st.last_step is None else max(st.last_step, mp.step)
+                st.progress.last_step = st.last_step
+    tl.collectives = collectives(probes, year)
+    known = set(tl.ranks) | {r.rank for r in tl.collectives}
+    # strongest first: torch's own check, gloo's size check, the watchdog table, the ranks' stacks
+    fr_lines = [
+        (scan.name, n, scan.rank_hint, text)
+        for scan in scans
+        for n, text in scan.tail
+        if text.startswith("[FR rank")
+    ]
+    fr = flight.judge(flight.entries(fr_lines)) if fr_lines else None
+    verdicts = (
+        fingerprint_verdicts(probes, year)
+        + ([fr] if fr is not None else [])
+        + gloo_mismatch_verdicts(probes, year)
+        + judge_collectives(tl.collectives, known, tl.ranks)
+    )
+    verdicts += [v for v in site_verdicts(tl.ranks) if not any(x.failure_class for x in verdicts)]
+    tl.stacks, stack_verdict = stack_autopsy(scans)
+    if stack_verdict is not None:
+        # py-spy stacks say where each rank is: they come before the watchdog's inference
+        if stack_verdict.failure_class and not any(v.failure_class for v in verdicts):
+            verdicts.insert(0, stack_verdict)
+        else:
+            verdicts.append(stack_verdict)
+    _attribute(verdicts, tl.ranks)
+    _complete(verdicts)
+    timed_out = {r.rank: f"timed out in collective {r.seq}, {_size(r)}" for r in tl.collectives if r.seq}
+    for name, _file, rec in probes:
+        if name == "gloo_timeout" and rec.ctx.rank is not None:
+            timed_out.setdefault(rec.ctx.rank, f"gloo timed out waiting for a {rec.groups.get('op')}")
+    for extra in (
+        quiet_verdict(tl.ranks, timed_out),
+        silent_verdict(tl.ranks, verdicts[0] if verdicts else None),
+    ):
+        if extra is None:
+            continue
+        # a rank that went quiet is the lead, unless the collectives already proved a desync
+        lead = verdicts[0] if verdicts else None
+        if lead is None or (lead.failure_class is None and (not lead.ranks or extra.failure_class)):
+            verdicts.insert(0, extra)
+        else:
+            verdicts.append(extra)
+    first = launcher_verdict(scans, tl.ranks)
+    if first is not None:
+        verdicts.append(first)
+    for v in verdicts:
+        if v.phase is None and v.ranks:
+            phases = [tl.ranks[r].phase for r in v.ranks if r in tl.ranks and tl.ranks[r].phase]
+            v.phase = phases[0] if phases else None
+    tl.verdicts = verdicts
+    tl.slowdown = fail_slow(scans)
+    if tl.slowdown is not None:
+        slow = tl.slowdown
+        ranks = [slow["slowest_rank"]] if slow.get("slowest_rank") is not None else []
+        tl.verdicts.append(Verdict("fail_slow", slow["summary"], ranks, phase=slow.get("phase")))
+    return tl

@@ -1,0 +1,96 @@
+"""What the server hands a scan worker and gets back: plain, picklable data.
+
+A worker may run in another process (spawned), on Ray, or in this process (the inline lane):
+only these types cross that boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.blobstore import PendingBlob
+from app.db.repo import RuleRecord
+from app.errors import (
+    InputError,
+    LogtriageError,
+    all_errors,
+)
+
+# --- data passed to and from scan workers (picklable) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputFile:
+    name: str  # what findings cite (the uploaded file name)
+    path: str  # the spooled upload, as sent: plain, gzip or zstd
+    data: bytes | None = None  # the upload itself when it was small: then `path` does not exist
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else Path(self.path).stat().st_size
+
+    def read(self) -> bytes:
+        return self.data if self.data is not None else Path(self.path).read_bytes()
+
+
+@dataclass(frozen=True)
+class ScanJob:
+    files: tuple[InputFile, ...]
+    config: InputFile | None = None
+    framework: str | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredInput:
+    """A blob already in the store (re-triage reads the stored, redacted logs)."""
+
+    name: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class RetriageJob:
+    files: tuple[StoredInput, ...]
+    config: StoredInput | None = None
+    framework: str | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    name: str
+    blob: PendingBlob
+
+
+@dataclass(frozen=True)
+class ScanOutcome:
+    analysis: dict[str, Any]  # the Analysis JSON contract
+    library_version: str
+    rules: tuple[RuleRecord, ...]
+    files: tuple[StoredFile, ...] = ()
+    config: StoredFile | None = None
+
+
+@dataclass(frozen=True)
+class JobError:
+    """An error a job raised, as data (not every exception survives pickling)."""
+
+    kind: str
+    detail: str
+
+    @classmethod
+    def of(cls, exc: LogtriageError) -> JobError:
+        return cls(type(exc).__name__, exc.detail)
+
+    def to_exception(self) -> LogtriageError:
+        for klass in all_errors():
+            if klass.__name__ == self.kind:
+                try:
+                    return klass(self.detail)
+                except TypeError:
+                    break
+        return InputError(self.detail)

@@ -1,0 +1,242 @@
+"""The operations every edge shares: submit a log, read an analysis, give feedback, list, trends.
+
+The REST routes, the web pages and the Slack bot call these and only format the answer their
+own way (JSON, HTML, Block Kit); none of them has a second way to upload or to query.
+Callers pass what the request told them; authorisation is checked here, by `Principal`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.db import repo
+from app.db.models import Analysis
+from app.errors import AnalysisNotReadyError, ValidationFailedError
+from app.service import present
+from app.service.access import Principal, check_can_read
+from app.service.analyses import Completed
+from app.service.context import ServiceContext
+from app.service.jobs import ScanJob
+
+_CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A started analysis: finished (`completed`), still running, or an idempotent replay."""
+
+    analysis_id: str
+    completed: Completed | None
+    replayed: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.completed is not None
+
+
+async def submit(
+    ctx: ServiceContext,
+    *,
+    job: ScanJob,
+    spool: Path,
+    meta: repo.JobMeta,
+    principal: Principal,
+    idempotency_key: str | None,
+    request_digest: str,
+    wait: float | None,
+) -> Submission:
+    """Start an analysis of spooled uploads and wait up to `wait` seconds for it (None: until
+    it is done). One that is still running then gets its row, so its id can be polled."""
+    started = await ctx.service.start(
+        job=job,
+        spool=spool,
+        meta=meta,
+        token_id=principal.token_id,
+        idempotency_scope=principal.idempotency_scope,
+        idempotency_key=idempotency_key or None,
+        request_digest=request_digest,
+    )
+    task = started.task
+    if task is None:
+        return Submission(started.analysis_id, None, replayed=True)
+    if not task.done() and (wait is None or wait > 0):
+        await asyncio.wait({task}, timeout=wait)
+    # answered before it is done: the analysis needs a row to poll (a finished one has one)
+    if not task.done() and await ctx.service.register(started.analysis_id):
+        await asyncio.wait({task})
+    if not task.done():
+        return Submission(started.analysis_id, None)
+    exc = None if task.cancelled() else task.exception()
+    if task.cancelled() or exc is not None:
+        await ctx.service.discard(started.analysis_id)
+        raise exc or AnalysisNotReadyError("the analysis was cancelled (server shutting down)")
+    return Submission(started.analysis_id, task.result())
+
+
+def submission_resource(ctx: ServiceContext, *, submission: Submission, base: str) -> dict[str, Any]:
+    """The API resource of a submission: built from what was just written when it finished
+    (a hook's upload costs no second read), else read back."""
+    if submission.completed is not None:
+        c = submission.completed
+        return present.resource(row=c.row, base=base, files=c.files, feedback=[], standing=c.standing)
+    return load_resource(ctx, analysis_id=submission.analysis_id, base=base, principal=None)
+
+
+def load_resource(
+    ctx: ServiceContext, *, analysis_id: str, base: str, principal: Principal | None
+) -> dict[str, Any]:
+    """One stored analysis as its API resource (`principal` None: the caller already checked)."""
+    with ctx.db.read() as s:
+        row = repo.get_analysis(s, analysis_id=analysis_id, full=True)
+        if principal is not None:
+            check_can_read(principal, row)
+        return present.load_resource(s, row=row, base=base, settings=ctx.settings)
+
+
+def require_done(row: Analysis) -> None:
+    if row.status != "done" or row.result is None:
+        why = (
+            "is still running; retry shortly"
+            if row.status == "pending"
+            else "failed: " + str((row.error or {}).get("detail", ""))
+        )
+        raise AnalysisNotReadyError(f"analysis {row.id} {why}")
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything a report page shows: the resource plus the rule texts as they matched."""
+
+    resource: dict[str, Any]
+    rule_texts: dict[str, dict[str, Any]]
+    fingerprint_history: list[dict[str, Any]]
+
+
+def load_report(ctx: ServiceContext, *, analysis_id: str, base: str, principal: Principal) -> Report:
+    with ctx.db.read() as s:
+        row = repo.get_analysis(s, analysis_id=analysis_id, full=True)
+        check_can_read(principal, row)
+        require_done(row)
+        res = present.for_principal(
+            present.load_resource(s, row=row, base=base, settings=ctx.settings), principal
+        )
+        rule_texts = {
+            rid: {"version": rv.version, "text": rv.text}
+            for rid, rv in repo.finding_rule_versions(s, analysis_id=row.id).items()
+        }
+        others: list[dict[str, Any]] = []
+        if row.fingerprint and principal.allows("read"):
+            rows, _ = repo.list_analyses(
+                s, filters=repo.AnalysisFilter(fingerprint=row.fingerprint), limit=11
+            )
+            others = [present.summary(r, base=base) for r in rows if r.id != row.id][:10]
+    return Report(res, rule_texts, others)
+
+
+def record_feedback(
+    ctx: ServiceContext,
+    *,
+    analysis_id: str,
+    verdict: str,
+    correct_class: str | None,
+    comment: str | None,
+    principal: Principal,
+) -> dict[str, Any]:
+    """Store a verdict on an analysis' root cause (web form, API, Slack button)."""
+    if verdict not in ("correct", "wrong"):
+        raise ValidationFailedError(f"verdict must be `correct` or `wrong`, not {verdict[:40]!r}")
+    if comment is not None and (bad := _CONTROL_IN_TEXT.search(comment)) is not None:
+        # PostgreSQL refuses NUL in text: a 422 here, not a 500 from the insert
+        raise ValidationFailedError(
+            f"comment: control character U+{ord(bad.group()):04X} at position {bad.start()}"
+        )
+    if correct_class is not None:
+        if verdict == "correct":
+            raise ValidationFailedError(
+                "correct_class is for verdict `wrong` (the class it should have been)"
+            )
+        if correct_class not in ctx.library.classes:
+            raise ValidationFailedError(
+                f"correct_class {correct_class!r} is not a known failure class; "
+                "GET /api/v1/library lists them"
+            )
+    with ctx.db.write() as s:
+        row = repo.get_analysis(s, analysis_id=analysis_id)
+        check_can_read(principal, row)
+        fb = repo.add_feedback(
+            s,
+            analysis_id=row.id,
+            verdict=verdict,
+            correct_class=correct_class,
+            comment=comment,
+            token_id=principal.token_id,
+        )
+        return present.feedback_dict(fb)
+
+
+def history(
+    ctx: ServiceContext, *, filters: repo.AnalysisFilter, limit: int, cursor: str | None, base: str
+) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of the history, newest first, as summaries, and the cursor of the next page."""
+    with ctx.db.read() as s:
+        rows, next_cursor = repo.list_analyses(s, filters=filters, limit=limit, cursor=cursor)
+        return [present.summary(r, base=base) for r in rows], next_cursor
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    rows: list[dict[str, Any]]
+    older: str | None  # cursor of the next older page
+    newer: str | None  # cursor to pass as `newer_than` for the page before, when there is one
+    count: int
+    capped: bool  # at least `count` match; the count stopped there
+    feedback: dict[str, dict[str, int]]
+
+
+HISTORY_COUNT_CAP = 10_000
+
+
+def history_page(
+    ctx: ServiceContext,
+    *,
+    filters: repo.AnalysisFilter,
+    limit: int,
+    cursor: str | None,
+    newer_than: str | None,
+    base: str,
+) -> HistoryPage:
+    """A page of the history for a person: rows, both neighbours and how many match."""
+    with ctx.db.read() as s:
+        rows, older = repo.list_analyses(
+            s, filters=filters, limit=limit, cursor=cursor, newer_than=newer_than
+        )
+        newer = None
+        if rows and (cursor or newer_than) and repo.has_newer(s, filters=filters, analysis_id=rows[0].id):
+            newer = repo.encode_cursor(rows[0].id)
+        if newer_than and rows:
+            # a page reached backwards has an older neighbour: the one it came from
+            older = repo.encode_cursor(rows[-1].id)
+        count = repo.count_analyses(s, filters=filters, cap=HISTORY_COUNT_CAP)
+        feedback = repo.feedback_counts(s, analysis_ids=[r.id for r in rows])
+        summaries = [present.summary(r, base=base) for r in rows]
+    capped = count > HISTORY_COUNT_CAP
+    return HistoryPage(summaries, older, newer, min(count, HISTORY_COUNT_CAP), capped, feedback)
+
+
+def trends(ctx: ServiceContext, *, since: dt.datetime, until: dt.datetime, top: int = 10) -> dict[str, Any]:
+    if since >= until:
+        raise ValidationFailedError("since must be before until")
+    with ctx.db.read() as s:
+        return repo.stats(
+            s,
+            since=since,
+            until=until,
+            recurrence_days=ctx.settings.recurrence_days,
+            suspect_min_jobs=ctx.settings.suspect_min_jobs,
+            top=top,
+        )

@@ -1,0 +1,120 @@
+"""What every web page shares: who is asking, the CSRF token, rendering, sign-in redirects.
+
+Pages authenticate exactly like the API (`app.api.deps.authenticate`: a token, the browser's
+signed session cookie, or open mode on loopback). A page that needs a sign-in the browser does
+not have redirects to /login instead of answering 401.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Depends, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.security import HTTPBasicCredentials
+from fastapi.security.http import HTTPAuthorizationCredentials
+
+from app import __version__
+from app.api.context import AppContext
+from app.api.deps import CtxDep, authenticate, basic_scheme, bearer_scheme, request_session
+from app.errors import AuthError, ForbiddenError, LoginRequiredError
+from app.service.access import Principal
+from app.web.session import BrowserSession
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+
+def login_redirect(exc: LoginRequiredError) -> RedirectResponse:
+    return RedirectResponse(f"/login?next={quote(exc.next_url, safe='/?=&')}", status_code=303)
+
+
+def _next_of(request: Request) -> str:
+    path = request.url.path
+    return path + (f"?{request.url.query}" if request.url.query else "")
+
+
+async def web_principal(
+    request: Request,
+    ctx: CtxDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    basic: Annotated[HTTPBasicCredentials | None, Depends(basic_scheme)],
+) -> Principal:
+    try:
+        return await authenticate(request, ctx, bearer, basic)
+    except AuthError as exc:
+        raise LoginRequiredError(exc.detail, next_url=_next_of(request)) from None
+
+
+WebPrincipal = Annotated[Principal, Depends(web_principal)]
+
+
+def require_page(principal: Principal, scope: str, what: str) -> None:
+    if not principal.allows(scope):
+        raise ForbiddenError(
+            f"signed in as {principal.name!r}, whose token has scopes "
+            f"{' '.join(sorted(principal.scopes)) or 'none'}; {what} needs `{scope}`"
+        )
+
+
+def browser_session(request: Request, ctx: AppContext) -> BrowserSession:
+    """The request's session, or a new anonymous one (sent with the response by `render`)."""
+    session = request_session(request, ctx)
+    if session is None:
+        session = getattr(request.state, "new_session", None) or ctx.sessions.anonymous()
+        request.state.new_session = session
+    return session
+
+
+def csrf_ok(request: Request, ctx: AppContext, token: str | None) -> bool:
+    return ctx.sessions.csrf_ok(request_session(request, ctx), token)
+
+
+@lru_cache(maxsize=64)
+def _static_version(name: str) -> str:
+    # cache-busting by content: a deploy never serves a stale script with a new page
+    try:
+        return hashlib.sha256((STATIC_DIR / name).read_bytes()).hexdigest()[:10]
+    except OSError:
+        return __version__
+
+
+def static_url(name: str) -> str:
+    return f"/static/{name}?v={_static_version(name)}"
+
+
+def render(
+    request: Request,
+    ctx: AppContext,
+    template: str,
+    *,
+    principal: Principal | None,
+    nav: str | None = None,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+    **context: Any,
+) -> HTMLResponse:
+    session = browser_session(request, ctx)
+    html = ctx.templates.get_template(template).render(
+        request=request,
+        principal=principal,
+        nav=nav,
+        csrf_token=ctx.sessions.csrf_token(session),
+        static=static_url,
+        version=__version__,
+        library_version=ctx.library.version,
+        api_docs=ctx.settings.api_docs,
+        classes=ctx.library.classes,
+        **context,
+    )
+    response = HTMLResponse(html, status_code=status, headers=headers)
+    attach_session(response, ctx, session)
+    return response
+
+
+def attach_session(response: Response, ctx: AppContext, session: BrowserSession) -> None:
+    if session.new:
+        response.set_cookie(**ctx.sessions.cookie_args(session))

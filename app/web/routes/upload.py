@@ -1,0 +1,129 @@
+"""/ : the upload page. The page's script posts to the REST endpoint (the same streaming path as
+a hook, with a progress bar); without JavaScript the form posts to /upload, handled here by the
+same intake and the same `ops.submit`."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response
+
+from app.api.deps import CtxDep
+from app.api.routes.common import base_url
+from app.api.upload import Upload, check_declared_length, intake_of, receive
+from app.engine.library import FRAMEWORKS
+from app.errors import ForbiddenError, LogtriageError
+from app.service import ops
+from app.service.jobs import InputFile
+from app.service.spool import remove_tree, spool_path_for
+from app.web.pages import WebPrincipal, csrf_ok, render, require_page
+
+router = APIRouter(include_in_schema=False)
+PASTE_LIMIT = 8 << 20  # a pasted excerpt, sent url-encoded; files come as multipart
+
+
+def _page(
+    request: Request, ctx: CtxDep, principal: WebPrincipal, *, error: LogtriageError | None = None
+) -> Response:
+    recent: list[dict[str, object]] = []
+    if principal.allows("read"):
+        from app.db import repo
+
+        recent, _ = ops.history(
+            ctx, filters=repo.AnalysisFilter(), limit=5, cursor=None, base=base_url(request, ctx)
+        )
+    return render(
+        request,
+        ctx,
+        "upload.html",
+        principal=principal,
+        nav="upload",
+        status=error.http_status if error else 200,
+        frameworks=FRAMEWORKS,
+        max_upload_bytes=ctx.settings.max_upload_bytes,
+        can_upload=principal.allows("ingest"),
+        recent=recent,
+        error=error,
+    )
+
+
+@router.get("/")
+async def upload_page(request: Request, ctx: CtxDep, principal: WebPrincipal) -> Response:
+    return _page(request, ctx, principal)
+
+
+@router.post("/upload")
+async def upload_form(request: Request, ctx: CtxDep, principal: WebPrincipal) -> Response:
+    """The form, sent without JavaScript: analyse, then show the report (303)."""
+    require_page(principal, "ingest", "uploading a log")
+    spool = spool_path_for(ctx.settings.data_dir)
+    if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        # a form without file inputs filled (a paste only) may come urlencoded
+        return await _pasted_form(request, ctx, principal, spool)
+    try:
+        upload = await receive(
+            request, spool=spool, limit=ctx.settings.max_upload_bytes, raw_name=None, form=True
+        )
+        if not csrf_ok(request, ctx, (upload.fields.get("csrf_token") or [""])[-1]):
+            raise ForbiddenError(
+                "the form has expired (missing or wrong CSRF token); reload the page and try again"
+            )
+        if not upload.files:
+            raise LogtriageError("choose a log file, a folder, or paste a traceback first")
+    except LogtriageError as exc:
+        remove_tree(spool)
+        return _page(request, ctx, principal, error=exc)
+    except BaseException:
+        remove_tree(spool)
+        raise
+    return await _analyse(request, ctx, principal, upload, spool)
+
+
+async def _pasted_form(request: Request, ctx: CtxDep, principal: WebPrincipal, spool: Path) -> Response:
+    try:
+        check_declared_length(request, PASTE_LIMIT)
+        form = await request.form(max_fields=32, max_part_size=PASTE_LIMIT)
+        if not csrf_ok(request, ctx, str(form.get("csrf_token") or "")):
+            raise ForbiddenError(
+                "the form has expired (missing or wrong CSRF token); reload the page and try again"
+            )
+        text = str(form.get("text") or "")
+        if not text.strip():
+            raise LogtriageError("choose a log file, a folder, or paste a traceback first")
+        data = text.encode("utf-8")
+        fields = {k: [str(v)] for k, v in form.items() if k in ("job_id", "framework") and str(v)}
+        upload = Upload(
+            files=[InputFile("pasted.log", str(spool / "in-0"), data=data)],
+            fields=fields,
+            parts=[("log", "pasted.log", hashlib.sha256(data).hexdigest())],
+            total_bytes=len(data),
+        )
+    except LogtriageError as exc:
+        return _page(request, ctx, principal, error=exc)
+    return await _analyse(request, ctx, principal, upload, spool)
+
+
+async def _analyse(
+    request: Request, ctx: CtxDep, principal: WebPrincipal, upload: Upload, spool: Path
+) -> Response:
+    try:
+        intake = intake_of(upload, query={}, labels=[], source="web")
+    except LogtriageError as exc:
+        remove_tree(spool)
+        return _page(request, ctx, principal, error=exc)
+    try:
+        submission = await ops.submit(
+            ctx,
+            job=intake.job,
+            spool=spool,
+            meta=intake.meta,
+            principal=principal,
+            idempotency_key=None,
+            request_digest=intake.digest,
+            wait=ctx.settings.sync_wait,
+        )
+    except LogtriageError as exc:  # the log itself was refused (binary, empty, too large)
+        return _page(request, ctx, principal, error=exc)
+    return RedirectResponse(f"/analyses/{submission.analysis_id}", status_code=303)

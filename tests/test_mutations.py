@@ -1,0 +1,44 @@
+"""Every rule still fires on its must-match fixtures as other launchers, terminals and copies
+print them (app/engine/mutate.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.engine.ingest import collect_sources
+from app.engine.mutate import MUTATIONS
+from app.engine.ruletest import fixture_cases
+from app.engine.scan import CompiledLibrary
+from app.engine.triage import TriageOptions, triage
+
+
+def _fires(compiled: CompiledLibrary, rule_id: str, path: Path) -> bool:
+    sources, _ = collect_sources([str(path)])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    return any(f.rule_id == rule_id for f in a.findings)
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_rules_survive_the_mutation(compiled: CompiledLibrary, tmp_path: Path, mutation: str) -> None:
+    mutate = MUTATIONS[mutation]
+    failed = []
+    n = 0
+    for lr, fixture in fixture_cases(compiled.library):
+        if ".match" not in fixture.name:
+            continue
+        variant = tmp_path / fixture.name
+        variant.write_text(mutate(fixture.read_text(encoding="utf-8", errors="replace")), encoding="utf-8")
+        n += 1
+        if not _fires(compiled, lr.rule.id, variant):
+            failed.append(f"{lr.rule.id}: {fixture.name}")
+    assert n >= 100
+    assert not failed, f"{len(failed)} of {n} fixtures stop matching under {mutation}:\n" + "\n".join(failed)
+
+
+@pytest.mark.parametrize("fn", ["ansi", "crlf", "glog"])
+def test_mutations_change_the_text(fn: str) -> None:
+    text = "RuntimeError: CUDA error: uncorrectable ECC error encountered\nstep 3\n"
+    out = MUTATIONS[fn](text)
+    assert out != text and "uncorrectable ECC error encountered" in out

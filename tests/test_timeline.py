@@ -1,0 +1,371 @@
+"""The timeline: collective forensics, last sign of life, phases, fail-slow, on real 2-GPU logs
+(tests/corpus/gpu, made by tests/corpus/generators/gpu) and on small cases built from their lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.engine.failslow import change_point
+from app.engine.ingest import collect_sources
+from app.engine.scan import CompiledLibrary
+from app.engine.timeline import judge_collectives
+from app.engine.timeline_model import CollectiveRow, phase_of
+from app.engine.triage import TriageOptions, triage
+
+GPU = Path("tests/corpus/gpu")
+
+
+def _analyse(compiled: CompiledLibrary, *paths: Path):  # type: ignore[no-untyped-def]
+    sources, _ = collect_sources([str(p) for p in paths])
+    return triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+
+
+def _row(
+    rank: int, seq: int, numel: int = 100, enq: int | None = None, done: int | None = None
+) -> CollectiveRow:
+    return CollectiveRow(
+        rank=rank,
+        seq=seq,
+        op="ALLREDUCE",
+        numel_in=numel,
+        numel_out=numel,
+        last_enqueued=enq,
+        last_completed=done,
+    )
+
+
+def test_ranks_on_different_sequences_are_a_desync_naming_the_one_behind() -> None:
+    (v,) = judge_collectives([_row(0, 31, enq=31, done=30), _row(1, 30, enq=30, done=29)], {0, 1})
+    assert (v.kind, v.ranks, v.failure_class, v.seq) == ("desync", [1], "dist.collective_mismatch", 30)
+
+
+def test_same_sequence_different_size_is_a_mismatch_and_the_rank_ahead_is_named() -> None:
+    rows = [_row(0, 161, numel=1, enq=161, done=160), _row(1, 161, numel=32_800_000, enq=184, done=160)]
+    (v,) = judge_collectives(rows, {0, 1})
+    assert v.kind == "mismatch" and v.ranks == [1] and "ran ahead" in v.summary
+    assert "1 elements" in v.summary and "32,800,000 elements" in v.summary
+
+
+def test_the_first_collective_never_completing_is_rendezvous_not_code() -> None:
+    (v,) = judge_collectives([_row(0, 1, enq=1, done=-1), _row(1, 1, enq=1, done=-1)], {0, 1})
+    assert v.kind == "first_collective" and v.failure_class is None and "never connected" in v.summary
+
+
+def test_uniform_timeouts_name_the_ranks_that_never_reported() -> None:
+    (v,) = judge_collectives([_row(0, 9, enq=9, done=8), _row(1, 9, enq=9, done=8)], {0, 1, 2, 3})
+    assert v.kind == "uniform" and v.ranks == [2, 3] and v.failure_class is None
+    (s,) = judge_collectives([_row(0, 9, enq=9, done=8)], {0, 1})
+    assert s.kind == "straggler" and s.ranks == [1]
+
+
+@pytest.mark.parametrize(
+    ("text", "phase"),
+    [
+        ("INFO [rank0] trainer: saving checkpoint to /ckpt/step_10", "checkpoint"),
+        ("INFO [rank1] trainer: eval: 16 prompts", "eval"),
+        ("INFO [rank1] trainer: rollout: generating 16 x 16 tokens", "rollout"),
+        ("INFO [rank0] trainer: step 12 loss 0.33", "train"),
+        ("INFO [rank0] trainer: init_process_group(backend=nccl)", "launch"),
+        ("something else", None),
+    ],
+)
+def test_phases(text: str, phase: str | None) -> None:
+    assert phase_of(text) == phase
+
+
+def test_change_point_finds_a_step_up_and_ignores_noise() -> None:
+    flat = [1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 1.0, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0]
+    assert change_point(flat) is None
+    stepped = [1.0] * 10 + [3.0, 3.1, 2.9, 3.0, 3.2, 3.0, 3.1, 2.95, 3.05, 3.0]
+    cp = change_point(stepped)
+    assert cp is not None and cp[0] == 10 and 2.8 < cp[1] < 3.3
+
+
+# --- on the real runs --------------------------------------------------------------------------
+
+
+def test_skipped_collective_names_rank_1_in_the_train_phase(compiled: CompiledLibrary) -> None:
+    a = _analyse(compiled, GPU / "skipped-collective" / "console.log")
+    assert a.root_cause is not None and a.root_cause.failure_class == "dist.collective_mismatch"
+    v = a.timeline["verdict"]
+    assert v["kind"] == "desync" and v["ranks"] == [1] and v["phase"] == "train"
+    rows = {r["rank"]: r for r in a.timeline["collectives"]}
+    assert (rows[0]["seq"], rows[0]["last_enqueued"]) == (31, 31)
+    assert (rows[1]["seq"], rows[1]["last_enqueued"]) == (30, 30)
+    assert rows[0]["time"].startswith("2026-11-23T20:12:30")  # glog time, year from the ISO lines
+    # the NCCL timeouts fold under the desync
+    timeout = next(f for f in a.findings if f.failure_class == "nccl.collective_timeout")
+    assert timeout.role == "symptom"
+
+
+def test_torchs_own_mismatch_check_is_read(compiled: CompiledLibrary) -> None:
+    a = _analyse(compiled, GPU / "mismatched-size-debug-detail" / "console.log")
+    assert a.root_cause is not None and a.root_cause.failure_class == "dist.collective_mismatch"
+    assert (
+        "TensorShape" not in a.timeline["verdict"]["summary"] and "[17]" in a.timeline["verdict"]["summary"]
+    )
+
+
+def test_a_rank_that_exits_silently_is_named_from_its_last_line(compiled: CompiledLibrary) -> None:
+    a = _analyse(compiled, GPU / "silent-rank-death" / "console.log")
+    assert 1 in a.timeline["verdict"]["ranks"]
+    ranks = {r["rank"]: r for r in a.timeline["ranks"]}
+    assert ranks[1]["last_activity"] is not None and ranks[1]["phase"] == "train"
+
+
+def test_per_rank_files_of_torchrun_log_dir_carry_their_rank(compiled: CompiledLibrary) -> None:
+    files = sorted((GPU / "skipped-collective" / "ranks").rglob("*.log"))
+    assert files
+    a = _analyse(compiled, *files)
+    assert a.root_cause is not None and a.root_cause.failure_class == "dist.collective_mismatch"
+    assert a.timeline["verdict"]["ranks"] == [1]
+
+
+@pytest.mark.parametrize("corpus", ["gpu", "gloo"])
+def test_a_slowdown_is_dated_and_traced_to_the_rank_that_slowed(
+    compiled: CompiledLibrary, corpus: str
+) -> None:
+    # rank 1's rollout gets slower from step 40 (tests/corpus/generators/gpu/fail_slow.py); rank 0
+    # waits for it in the gradient all-reduce, so its train time grows too
+    a = _analyse(compiled, Path("tests/corpus") / corpus / "fail-slow" / "console.log")
+    assert a.root_cause is None  # the job finished: nothing failed, but it got slow
+    slow = a.timeline["slowdown"]
+    assert slow["slowest_rank"] == 1 and slow["phase"] == "rollout"
+    assert 40 <= slow["from_step"] <= 60 and slow["factor"] > 3
+    assert any(v["kind"] == "fail_slow" for v in a.timeline["verdicts"])
+
+
+def test_py_spy_dumps_of_the_ranks_are_merged_and_the_odd_rank_named(compiled: CompiledLibrary) -> None:
+    d = GPU / "hang-pyspy"
+    a = _analyse(compiled, d / "console.log", d / "pyspy_rank0.txt", d / "pyspy_rank1.txt")
+    assert a.root_cause is not None and a.root_cause.failure_class == "dist.collective_mismatch"
+    v = a.timeline["verdict"]
+    assert v["ranks"] == [1] and v["phase"] == "eval"
+    stacks = a.timeline["stacks"]
+    assert stacks["ranks"] == [0, 1] and stacks["odd_ranks"] == [1]
+    where = {tuple(g["ranks"]): g["where"][0] for g in stacks["groups"]}
+    assert where[(0,)].startswith("gather (") and "evaluate" in where[(1,)]
+    # without the dumps the watchdog alone only says rank 1 timed out
+    b = _analyse(compiled, d / "console.log")
+    assert b.timeline["stacks"] is None
+
+
+# --- where each rank stopped, who got further (app.engine.forensics) ------------------------------
+
+GLOO = Path("tests/corpus/gloo")
+
+
+def _sites(text: str) -> dict[int, object]:
+    from app.engine.forensics import call_sites
+    from app.engine.lines import parse_context
+
+    lines = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        ctx = parse_context(raw)
+        lines.append(("f.log", n, ctx.rank, ctx.message))
+    return call_sites(lines)  # type: ignore[return-value]
+
+
+def test_a_traceback_names_the_collective_user_code_called_and_where() -> None:
+    # rank 0's lines of tests/corpus/gloo/ckpt-gather-deadlock/console.log, library frames kept
+    text = "\n".join(
+        [
+            "[default0]:[rank0]: Traceback (most recent call last):",
+            '[default0]:[rank0]:   File "/work/gen/trainlib.py", line 310, in fit',
+            "[default0]:[rank0]:     self.save_checkpoint(step)",
+            '[default0]:[rank0]:   File "/work/gen/ckpt_gather_deadlock.py", line 28, in save_checkpoint',
+            "[default0]:[rank0]:     dist.gather_object(self.data_state, states, dst=0)",
+            '[default0]:[rank0]:   File "/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 81, in wrapper',
+            "[default0]:[rank0]:     return func(*args, **kwargs)",
+            '[default0]:[rank0]:   File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3445, in gather_object',
+            "[default0]:[rank0]:     all_gather(object_size_list, local_size, group=group)",
+            '[default0]:[rank0]:   File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 4001, in all_gather',
+            "[default0]:[rank0]:     work.wait()",
+            "[default0]:[rank0]: RuntimeError: [../gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 30000ms for send operation to complete",
+        ]
+    )
+    cs = _sites(text)[0]
+    assert cs.collective == "gather_object"  # the call user code made, not all_gather inside it
+    assert (cs.user.func, cs.user.line) == ("save_checkpoint", 28)
+    assert cs.error.startswith("RuntimeError:") and "Timed out" in cs.error
+    assert cs.describe() == "gather_object in save_checkpoint (ckpt_gather_deadlock.py:28)"
+
+
+def test_the_watchdogs_stack_of_the_failed_collective_is_read_innermost_first() -> None:
+    text = "\n".join(
+        [
+            "[default1]:[rank1]:[E1123 20:17:33.260412563 ProcessGroupNCCL.cpp:733] Stack trace of the failed collective: ",
+            "[default1]:#0 barrier from /v/site-packages/torch/distributed/distributed_c10d.py:5030",
+            "[default1]:#1 wrapper from /v/site-packages/torch/distributed/c10d_logger.py:83",
+            "[default1]:#2 save_checkpoint from /work/gen/ckpt_gather_deadlock.py:35",
+            "[default1]:#3 fit from /work/gen/trainlib.py:310",
+            "[default1]:",
+        ]
+    )
+    cs = _sites(text)[1]
+    assert cs.source == "watchdog" and cs.collective == "barrier"
+    assert (cs.user.func, cs.user.line) == ("save_checkpoint", 35) and cs.frames[0].func == "fit"
+
+
+def test_progress_comparison_is_not_fooled_by_lines_every_step_repeats() -> None:
+    from app.engine.forensics import Progress, compare, normalise, ordering
+
+    step = ["rollout: generating 16 x 16 tokens", "train: update on 16 sequences"]
+    common = [*step, "step 9 loss 0.81 step_time 0.008", *step, "step 10 loss 0.77 step_time 0.009"]
+    r0 = Progress([normalise(x) for x in [*common, "saving checkpoint to /c/global_step_10"]])
+    # rank 1 saved and went on into step 11: its last line is one rank 0 printed in step 10
+    r1 = Progress(
+        [
+            normalise(x)
+            for x in [*common, "saving checkpoint to /c/global_step_10", "checkpoint saved (0.01s)", *step]
+        ]
+    )
+    assert compare(r1, r0) == 1 and compare(r0, r1) == -1
+    assert ordering({0: r0, 1: r1}) == ([1], [0])
+    # the same lines on both: the logs cannot tell
+    assert compare(Progress(list(r0.lines)), r0) == 0
+    # the last step reported decides first
+    assert compare(Progress(r0.lines, last_step=12), Progress(r1.lines, last_step=11)) == 1
+    assert normalise("INFO [rank1] pid=706 took 90.01s") == normalise("INFO [rank0] pid=705 took 0.02s")
+
+
+def test_a_collective_completed_on_one_rank_but_not_the_other_is_a_desync() -> None:
+    # hang-pyspy: rank 1's watchdog fired on 26; rank 0 (dumping on its signal) completed 26
+    status = CollectiveRow(rank=0, last_enqueued=26, last_completed=26)
+    (v,) = judge_collectives([_row(1, 26, numel=1, enq=26, done=25), status], {0, 1})
+    assert (v.kind, v.ranks, v.failure_class) == ("completion", [1], "dist.collective_mismatch")
+    # a rank that never enqueued it lags: a straggler, no desync
+    status = CollectiveRow(rank=1, last_enqueued=23, last_completed=23)
+    (s,) = judge_collectives([_row(0, 24, enq=24, done=23), status], {0, 1})
+    assert (s.kind, s.ranks, s.failure_class) == ("straggler", [1], None)
+
+
+@pytest.mark.parametrize(
+    ("text", "phase"),
+    [
+        (
+            "INFO [rank1] trainer: step 10 loss 0.74 step_time 90.041 rollout_time 0.004 train_time 90.0",
+            "train",
+        ),
+        ("INFO [rank0] heartbeat: alive step=10 phase=checkpoint maxrss_mb=1844", "checkpoint"),
+        ("INFO [rank0] trainer: eval step 10 eval_reward 0.5156", "eval"),
+    ],
+)
+def test_the_first_keyword_or_a_phase_field_decides_the_phase(text: str, phase: str) -> None:
+    assert phase_of(text) == phase
+
+
+@pytest.mark.parametrize(
+    ("corpus", "case", "kind", "ranks", "phase"),
+    [
+        # gloo prints no watchdog table: the ranks' tracebacks and progress lines say it
+        ("gloo", "ckpt-barrier-deadlock", "callsite", [1], "checkpoint"),
+        ("gloo", "ckpt-gather-deadlock", "callsite", [1], "checkpoint"),
+        ("gloo", "skipped-collective", "mismatch", [1], "train"),
+        ("gloo", "straggler-timeout", "straggler", [1], "train"),
+        ("gloo", "silent-rank-death", "vanished", [1], "train"),
+        # NCCL: one rank completed the collective the other still waits in; garbage object sizes
+        ("gpu", "ckpt-barrier-deadlock", "completion", [1], "checkpoint"),
+        ("gpu", "hang-pyspy", "completion", [1], "eval"),
+        ("gpu", "ckpt-gather-deadlock", "mismatch", [1], "checkpoint"),
+        ("gpu", "silent-rank-death", "vanished", [1], "train"),
+        ("gpu", "straggler-timeout", "straggler", [1], "train"),
+    ],
+)
+def test_hangs_and_desyncs_name_the_rank_and_phase(
+    compiled: CompiledLibrary, corpus: str, case: str, kind: str, ranks: list[int], phase: str
+) -> None:
+    a = _analyse(compiled, Path("tests/corpus") / corpus / case / "console.log")
+    v = a.timeline["verdict"]
+    assert (v["kind"], v["ranks"], v["phase"]) == (kind, ranks, phase), v["summary"]
+
+
+def test_a_real_oom_is_not_mistaken_for_a_desync(compiled: CompiledLibrary) -> None:
+    # rank 1 asks for 200 GiB in its own forward: an OOM outside any collective stays the cause
+    a = _analyse(compiled, GPU / "cuda-oom" / "console.log")
+    assert a.root_cause is not None and a.root_cause.failure_class == "cuda.out_of_memory"
+    assert not any(v["failure_class"] for v in a.timeline["verdicts"])
+
+
+def test_healthy_runs_get_no_verdict_with_a_class(compiled: CompiledLibrary) -> None:
+    for path in (GPU / "healthy-nccl-info" / "console.log", GLOO / "healthy-dist-debug-info" / "console.log"):
+        a = _analyse(compiled, path)
+        assert a.root_cause is None
+        assert not any(v["failure_class"] for v in (a.timeline or {}).get("verdicts", []))
+
+
+def test_torchruns_first_failure_names_the_killed_rank_when_nothing_else_does(
+    compiled: CompiledLibrary,
+) -> None:
+    a = _analyse(compiled, GPU / "silent-rank-death-sigkill" / "console.log")
+    assert a.root_cause is not None and a.root_cause.failure_class == "host.oom_killed"
+    v = a.timeline["verdict"]
+    assert v["kind"] == "first_failure" and v["ranks"] == [1] and "Signal 9" in v["summary"]
+
+
+# --- flight recorder dumps (app.engine.flight) -----------------------------------------------------
+
+
+def test_a_flight_recorder_pickle_is_read_as_text_and_judged(compiled: CompiledLibrary) -> None:
+    d = GPU / "ckpt-barrier-deadlock"
+    a = _analyse(compiled, d / "nccl_trace_rank_0", d / "nccl_trace_rank_1")
+    assert a.root_cause is not None and a.root_cause.failure_class == "dist.collective_mismatch"
+    v = a.timeline["verdict"]
+    assert v["kind"] == "flight_recorder" and v["seq"] == 27 and v["phase"] == "checkpoint"
+    assert "all_gather" in v["summary"] and "all_reduce_barrier" in v["summary"]
+    ev = a.root_cause.evidence[0].text
+    assert ev.startswith("[FR rank ") and "save_checkpoint (ckpt_gather_deadlock.py:" in ev
+
+
+def test_a_pickle_that_asks_for_any_class_is_refused_not_run(tmp_path: Path) -> None:
+    import pickle
+
+    from app.engine import flight
+
+    class Boom:
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            return (print, ("ran",))
+
+    evil = pickle.dumps({"version": "2.10", "pg_status": {}, "entries": [Boom()]}, protocol=2)
+    assert flight.load(evil) is None
+    ok = pickle.dumps({"version": "2.10", "pg_status": {}, "entries": []}, protocol=2)
+    assert flight.load(ok) == {"version": "2.10", "pg_status": {}, "entries": []}
+    assert flight.load(b"\x80\x02}q\x00(X") is None  # truncated
+    assert flight.load(pickle.dumps([1, 2], protocol=2)) is None  # not a dump's shape
+    p = tmp_path / "nccl_trace_rank_3"
+    p.write_bytes(evil)
+    assert flight.read_dump(p, rank=3) is None
+
+
+# --- the timeline in the reports ---------------------------------------------------------------------
+
+
+def test_text_and_markdown_reports_show_the_verdict_and_a_row_per_rank(compiled: CompiledLibrary) -> None:
+    from app.render.markdown import render_markdown
+    from app.render.text import render_text
+
+    a = _analyse(compiled, GPU / "silent-rank-death" / "console.log")
+    text = render_text(a, width=110)
+    block = text.split("TIMELINE\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert "rank 1 printed no error" in block[0]
+    head = next(i for i, ln in enumerate(block) if ln.split()[:2] == ["rank", "phase"])
+    rows = {ln.split()[1] if ln.lstrip().startswith(">") else ln.split()[0]: ln for ln in block[head + 1 :]}
+    assert set(rows) == {"0", "1"}
+    assert rows["1"].lstrip().startswith(">") and not rows["0"].lstrip().startswith(">")  # the named rank
+    assert "20:12:00" in rows["1"] and "20:13:30" in rows["0"]  # its last line, and the other's
+    assert "90 s" in rows["1"] or "91 s" in rows["1"]  # how much earlier it went quiet
+    md = render_markdown(a)
+    table = md.split("## Timeline", 1)[1]
+    assert "| **1** |" in table and "| 0 |" in table and "(phase: **train**)" in table
+
+
+def test_a_single_process_log_gets_no_rank_table(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    from app.render.text import render_text
+
+    log = tmp_path / "one.log"
+    log.write_text(
+        'Traceback (most recent call last):\n  File "t.py", line 1, in <module>\nValueError: bad\n'
+    )
+    assert "TIMELINE" not in render_text(_analyse(compiled, log))

@@ -1,0 +1,606 @@
+"""The stored-log viewer: seekable (multi-frame) blobs and their index, windows of lines by line
+number and byte offset checked against the whole file split in Python, and the page on live
+servers (SQLite and PostgreSQL): opening at an evidence line, permalinks, paging, finding
+navigation, inert markup, access and errors."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import zstandard
+
+from app.blobstore import BlobStore, PendingBlob, StagingWriter, open_blob_store
+from app.blobstore.window import FrameIndex, Window, read_window
+from app.settings import Settings
+from tests.s3kit import MotoS3
+from tests.servicekit import ECC, NCCL_TIMEOUT, LiveServer, live_server, make_settings, training_log
+
+# --- the reference: the whole file split in Python ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ref:
+    data: bytes
+    offsets: list[int]  # of each line, 0-based list for line numbers 1..n
+    raw: list[bytes]  # each line with its ending
+
+    @classmethod
+    def of(cls, data: bytes) -> Ref:
+        # at \n only, as the viewer and the engine count lines (not splitlines: \r, \x0b, ...)
+        raw = [p + b"\n" for p in data.split(b"\n")]
+        raw[-1] = raw[-1][:-1]
+        if raw[-1] == b"":
+            raw.pop()
+        offsets, pos = [], 0
+        for r in raw:
+            offsets.append(pos)
+            pos += len(r)
+        return cls(data, offsets, raw)
+
+    @property
+    def count(self) -> int:
+        return len(self.raw)
+
+    def text(self, n: int) -> str:
+        body = self.raw[n - 1]
+        if body.endswith(b"\n"):
+            body = body[:-1]
+            if body.endswith(b"\r"):
+                body = body[:-1]
+        return body.decode("utf-8", errors="replace")
+
+    def line_at(self, offset: int) -> int | None:
+        """The first line starting at or after offset."""
+        for i, o in enumerate(self.offsets):
+            if o >= offset:
+                return i + 1
+        return None
+
+
+def check_lines(ref: Ref, w: Window, *, max_line_bytes: int = 1 << 30) -> None:
+    assert w.lines, "an empty window of a non-empty log"
+    numbers = [ln.number for ln in w.lines]
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+    for ln in w.lines:
+        assert ln.offset == ref.offsets[ln.number - 1], ln
+        assert ln.length == len(ref.raw[ln.number - 1]), ln
+        full = ref.text(ln.number)
+        if ln.cut == 0:
+            assert ln.text == full, ln
+        else:
+            assert full.startswith(ln.text.rstrip("\ufffd")) and len(ln.text.encode()) <= max_line_bytes
+    assert w.start == w.lines[0].offset
+    assert w.end == w.lines[-1].offset + w.lines[-1].length
+    assert w.next_offset == (None if w.lines[-1].number == ref.count else w.end)
+    assert (w.prev_offset is None) == (w.lines[0].number == 1)
+    if w.prev_offset is not None:
+        assert w.prev_offset in ref.offsets and w.prev_offset < w.start
+
+
+# --- stores with small frames -------------------------------------------------------------------
+
+
+def put(store: BlobStore, data: bytes, *, frame_bytes: int = 1000, chunk: int = 777) -> PendingBlob:
+    with StagingWriter(store.tmp_dir, frame_bytes=frame_bytes) as w:
+        for i in range(0, len(data), chunk):
+            w.write(data[i : i + chunk])
+        pending = w.finish()
+    store.commit(pending)
+    return pending
+
+
+def put_one_frame(store: BlobStore, data: bytes) -> str:
+    """A blob as stored before frames: one zstd frame, no index."""
+    with StagingWriter(store.tmp_dir, frame_bytes=1 << 62) as w:
+        w.write(data)
+        pending = w.finish()
+    assert pending.frames is not None and len(pending.frames) == 2  # one frame and the end
+    store.commit(pending)
+    return pending.sha256
+
+
+def make_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> BlobStore:
+    if backend == "directory":
+        return open_blob_store(Settings(data_dir=tmp_path / "data"))
+    moto: MotoS3 = request.getfixturevalue("moto_s3")
+    bucket: str = request.getfixturevalue("s3_bucket")
+    return open_blob_store(
+        Settings(data_dir=tmp_path / "data", blob_url=f"s3://{bucket}/viewer", s3_endpoint_url=moto.endpoint)
+    )
+
+
+@pytest.fixture(params=["directory", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> BlobStore:
+    return make_store(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def dir_store(tmp_path: Path) -> BlobStore:
+    return open_blob_store(Settings(data_dir=tmp_path / "data"))
+
+
+def log_text(rng: random.Random, n: int, *, crlf: bool = False, trailing_newline: bool = True) -> bytes:
+    """Lines of varied length: empty ones, long ones crossing frames, multi-byte UTF-8."""
+    out = []
+    for i in range(n):
+        kind = rng.random()
+        if kind < 0.1:
+            body = ""
+        elif kind < 0.13:
+            body = f"long {i} " + "x" * rng.randint(900, 3000)
+        elif kind < 0.2:
+            body = f"ü€𝄞 {i} " * rng.randint(1, 20)
+        else:
+            body = f"line {i} step {rng.randint(0, 10**6)} loss {rng.random():.4f}"
+        out.append(body + ("\r\n" if crlf else "\n"))
+    data = "".join(out).encode()
+    return data if trailing_newline else data.rstrip(b"\r\n")
+
+
+# --- the frame index ------------------------------------------------------------------------------
+
+
+def frames_of(raw: bytes) -> list[bytes]:
+    """Each frame of a compressed blob, decompressed on its own."""
+    out = []
+    pos = 0
+    while pos < len(raw):
+        dobj = zstandard.ZstdDecompressor().decompressobj()
+        out.append(dobj.decompress(raw[pos:]))
+        used = len(raw) - pos - len(dobj.unused_data)
+        pos += used
+    return out
+
+
+def check_index(frames: list[list[int]] | tuple[tuple[int, ...], ...], raw: bytes, content: bytes) -> None:
+    """The index names every frame of the stored blob: each decompresses on its own, from its
+    compressed offset, to the content at its uncompressed offset; newline counts agree."""
+    *starts, end = frames
+    assert list(end) == [len(content), len(raw), content.count(b"\n"), Ref.of(content).count]
+    bounds = [(u, c) for u, c, _ in starts] + [(end[0], end[1])]
+    for (u, c, nl), (u2, c2) in zip(starts, bounds[1:], strict=True):
+        one = zstandard.ZstdDecompressor().decompressobj()
+        got = one.decompress(raw[c:c2])
+        assert one.eof and one.unused_data == b"", "a frame ends where the next begins"
+        assert got == content[u:u2]
+        assert nl == content.count(b"\n", 0, u)
+    assert b"".join(frames_of(raw)) == content
+    assert len(frames_of(raw)) == len(starts)
+
+
+@pytest.mark.parametrize("chunk", [1, 333, 1000, 5000])
+def test_staging_writer_frames_every_n_bytes_and_indexes_them(dir_store: BlobStore, chunk: int) -> None:
+    content = log_text(random.Random(chunk), 400)
+    pending = put(dir_store, content, frame_bytes=1000, chunk=chunk)
+    assert pending.frames is not None
+    raw = Path(
+        dir_store.location, pending.sha256[:2], pending.sha256[2:4], pending.sha256 + ".zst"
+    ).read_bytes()
+    check_index(pending.frames, raw, content)
+    # frames are exactly frame_bytes of content, whatever the writes were
+    starts = [f[0] for f in pending.frames[:-1]]
+    assert starts == list(range(0, len(content), 1000))
+    # same content hash and content as one frame; the old reader reads across frames
+    with dir_store.open(pending.sha256) as fh:
+        assert fh.read() == content
+    import hashlib
+
+    assert pending.sha256 == hashlib.sha256(content).hexdigest() and pending.size == len(content)
+
+
+def test_frame_index_of_edge_cases(dir_store: BlobStore) -> None:
+    for content in [b"x", b"\n", b"abc", b"a\nb", b"a" * 1000, b"a" * 999 + b"\n", b"\n" * 2500]:
+        pending = put(dir_store, content, frame_bytes=1000)
+        raw = Path(
+            dir_store.location, pending.sha256[:2], pending.sha256[2:4], pending.sha256 + ".zst"
+        ).read_bytes()
+        assert pending.frames is not None
+        check_index(pending.frames, raw, content)
+
+
+def test_frame_index_parse_rejects_what_does_not_fit() -> None:
+    assert not FrameIndex.parse(None).framed
+    good = [[0, 0, 0], [10, 7, 2], [15, 12, 3, 4]]
+    ix = FrameIndex.parse(good)
+    assert ix.framed and ix.total_lines == 4 and ix.offsets == [0, 10]
+    for bad in (
+        [[0, 0, 0]],  # no end
+        [[1, 0, 0], [15, 12, 3, 4]],  # does not start at 0
+        [[0, 0, 0], [10, 7, 2], [5, 9, 3], [15, 12, 3, 4]],  # not increasing
+        [[0, 0, 0], [15, 12, 3, 9]],  # lines far from newlines
+        [["a"]],
+        "nonsense",
+    ):
+        assert not FrameIndex.parse(bad).framed, bad  # type: ignore[arg-type]
+
+
+# --- windows against the reference -----------------------------------------------------------------
+
+
+def windows_everywhere(
+    store: BlobStore, sha: str, index: Sequence[Sequence[int]] | None, ref: Ref, rng: random.Random
+) -> None:
+    n = ref.count
+    lines = {1, 2, n - 1, n, n // 2} | {rng.randint(1, n) for _ in range(25)}
+    for max_lines, max_bytes in [(7, 1 << 20), (50, 2500), (1, 100)]:
+        for line in sorted(x for x in lines if 1 <= x <= n):
+            w = read_window(store, sha, index, line=line, max_lines=max_lines, max_bytes=max_bytes)
+            check_lines(ref, w)
+            assert w.target == line and w.first_line <= line <= w.last_line
+            assert w.total_lines in (None, n)
+            assert len(w.lines) <= max_lines
+        offsets = {0, 1, len(ref.data) - 1} | {rng.randint(0, len(ref.data) - 1) for _ in range(25)}
+        for off in sorted(offsets):
+            w = read_window(store, sha, index, offset=off, max_lines=max_lines, max_bytes=max_bytes)
+            check_lines(ref, w)
+            expect = ref.line_at(off)
+            if expect is None:  # inside the last line: the last page
+                assert w.last_line == n
+            else:
+                assert w.first_line == expect
+    # paging forward from the start visits every line once; backward from the end returns
+    for max_lines, max_bytes in [(13, 1 << 20), (40, 3000)]:
+        seen: list[int] = []
+        w = read_window(store, sha, index, offset=0, max_lines=max_lines, max_bytes=max_bytes)
+        while True:
+            check_lines(ref, w)
+            seen += [ln.number for ln in w.lines]
+            if w.next_offset is None:
+                break
+            w = read_window(store, sha, index, offset=w.next_offset, max_lines=max_lines, max_bytes=max_bytes)
+        assert seen == list(range(1, n + 1))
+        w = read_window(store, sha, index, offset=len(ref.data) + 5, max_lines=max_lines, max_bytes=max_bytes)
+        assert w.last_line == n and w.next_offset is None
+        steps = 0
+        while w.prev_offset is not None:
+            prev = read_window(
+                store, sha, index, offset=w.prev_offset, max_lines=max_lines, max_bytes=max_bytes
+            )
+            assert prev.first_line < w.first_line <= prev.last_line + 1
+            w, steps = prev, steps + 1
+        assert w.first_line == 1 and steps >= n // max_lines - 1
+    # out of range
+    past = read_window(store, sha, index, line=n + 1000, max_lines=10)
+    check_lines(ref, past)
+    assert past.last_line == n and past.target == n and len(past.lines) == min(10, n)
+    assert past.total_lines == n
+    zero = read_window(store, sha, index, line=0, max_lines=10)
+    assert zero.first_line == 1 and zero.target == 1
+    first = read_window(store, sha, index, max_lines=10)
+    assert first.first_line == 1 and first.target is None
+
+
+SHAPES = ["plain", "crlf", "no-trailing-newline", "crlf-no-trailing-newline", "one-line", "empty-lines"]
+
+
+@pytest.mark.parametrize(
+    ("backend", "shape"),
+    [("directory", s) for s in SHAPES] + [("s3", "plain"), ("s3", "crlf-no-trailing-newline")],
+)
+def test_windows_agree_with_the_whole_file_split_in_python(
+    backend: str, shape: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store = make_store(backend, tmp_path, request)
+    rng = random.Random(shape)
+    if shape == "one-line":
+        data = b"just one line without a newline"
+    elif shape == "empty-lines":
+        data = b"\n" * 3000 + b"last\n" + b"\n" * 10
+    else:
+        data = log_text(rng, 900, crlf=shape.startswith("crlf"), trailing_newline="no-trailing" not in shape)
+    ref = Ref.of(data)
+    pending = put(store, data, frame_bytes=1500)
+    assert (pending.frames is not None and len(pending.frames) > 2) or len(data) < 1500
+    windows_everywhere(store, pending.sha256, pending.frames, ref, rng)
+
+
+def test_a_legacy_one_frame_blob_reads_the_same_without_an_index(dir_store: BlobStore) -> None:
+    rng = random.Random(7)
+    data = log_text(rng, 600, trailing_newline=False)
+    sha = put_one_frame(dir_store, data)
+    windows_everywhere(dir_store, sha, None, Ref.of(data), rng)
+
+
+def test_an_index_that_does_not_fit_the_stored_bytes_falls_back_to_the_start(dir_store: BlobStore) -> None:
+    data = log_text(random.Random(3), 800)
+    sha = put_one_frame(dir_store, data)
+    other = put(dir_store, data + b"x", frame_bytes=1000)  # a framing of other bytes
+    assert other.frames is not None
+    bogus = [list(f) for f in other.frames]
+    bogus[-1] = [len(data), 0, data.count(b"\n"), Ref.of(data).count]
+    w = read_window(dir_store, sha, bogus, line=700, max_lines=20)
+    check_lines(Ref.of(data), w)
+    assert 700 in [ln.number for ln in w.lines]
+
+
+def test_long_lines_are_cut_for_display_with_what_was_left_out(dir_store: BlobStore) -> None:
+    long = "é" * 5000  # 10,000 bytes
+    data = f"a\n{long}\r\nb\n".encode()
+    pending = put(dir_store, data, frame_bytes=1000)
+    w = read_window(dir_store, pending.sha256, pending.frames, line=2, max_line_bytes=101)
+    cut = w.lines[1]
+    assert cut.number == 2 and cut.text == "é" * 50  # not half a character
+    assert cut.cut == 10_000 - 100 and cut.length == 10_002
+    assert [ln.text for ln in w.lines] == ["a", "é" * 50, "b"]
+
+
+def test_a_page_covers_at_most_max_bytes_but_always_the_asked_line(dir_store: BlobStore) -> None:
+    data = b"".join(b"%05d " % i + b"y" * 994 + b"\n" for i in range(100))  # 1001-byte lines
+    pending = put(dir_store, data, frame_bytes=4096)
+    w = read_window(dir_store, pending.sha256, pending.frames, line=50, max_lines=500, max_bytes=10_000)
+    # the lines above get their share of the bytes (half the page, as of half its lines)
+    assert [ln.number for ln in w.lines] == list(range(46, 55))
+    assert w.end - w.start <= 10_000
+    tiny = read_window(dir_store, pending.sha256, pending.frames, line=50, max_bytes=10)
+    assert [ln.number for ln in tiny.lines] == [50]
+    assert tiny.prev_offset == 48 * 1001 and tiny.next_offset == 50 * 1001
+
+
+def test_a_missing_blob_is_file_not_found(store: BlobStore) -> None:
+    with pytest.raises(FileNotFoundError):
+        read_window(store, "ab" * 32, None, line=1)
+    with pytest.raises(FileNotFoundError):
+        read_window(store, "cd" * 32, [[0, 0, 0], [10, 5, 1], [20, 9, 2, 2]], line=2)
+
+
+def test_memory_stays_bounded_on_a_big_log(dir_store: BlobStore) -> None:
+    """A page at the end of a 64 MiB log reads one frame's worth, not the log."""
+    import tracemalloc
+
+    line = b"2025-05-01 10:00:00 step 1 loss 0.1234 " + b"z" * 60 + b"\n"
+    with dir_store.writer() as w:
+        for _ in range(64):
+            w.write(line * ((1 << 20) // len(line)))
+        pending = w.finish()
+    dir_store.commit(pending)
+    assert pending.frames is not None
+    tracemalloc.start()
+    try:
+        win = read_window(dir_store, pending.sha256, pending.frames, line=pending.frames[-1][3])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert win.last_line == pending.frames[-1][3]
+    assert peak < 8 << 20, peak
+
+
+# --- the page, on live servers (SQLite and PostgreSQL) ---------------------------------------------
+
+API = "/api/v1/analyses"
+XSS = '<script>alert(1)</script> <img src=x onerror=alert(1)> <a href="javascript:alert(1)">x</a>'
+
+
+def html_of(c: httpx.Client, path: str) -> httpx.Response:
+    return c.get(path, headers={"Accept": "text/html"})
+
+
+def filler(n: int, tag: str, first: int = 0) -> str:
+    return "".join(
+        f"[{tag}] step {i} loss {1.0 / (i + 1):.4f} lr 1e-5 throughput 1234 tokens/s\n"
+        for i in range(first, first + n)
+    )
+
+
+@pytest.fixture(scope="module")
+def deep(server: LiveServer) -> dict[str, Any]:
+    """An ECC error at line 1,201 and NCCL timeouts at 2,402-2,404 of a 3,604-line log."""
+    log = (
+        filler(1200, "a")
+        + ECC.format(ip="10.1.2.3")
+        + filler(1200, "b", 1200)
+        + NCCL_TIMEOUT * 3
+        + filler(1199, "c", 2400)
+        + XSS
+        + "\n"
+    )
+    with server.client() as c:
+        r = c.post(API, content=log.encode(), headers={"Content-Type": "text/plain"})
+        assert r.status_code == 201, r.text
+        res: dict[str, Any] = r.json()
+    res["log"] = log
+    return res
+
+
+def rows(html: str) -> list[int]:
+    return [int(n) for n in re.findall(r'<tr id="L(\d+)" data-line="\1"', html)]
+
+
+def links(html: str, rel: str) -> str | None:
+    m = re.search(rf'href="([^"]+)" rel="{rel}"', html)
+    return m.group(1).replace("&amp;", "&") if m else None
+
+
+def test_the_viewer_opens_at_the_evidence_line_with_permalinks(
+    client: httpx.Client, deep: dict[str, Any]
+) -> None:
+    aid = deep["id"]
+    root = deep["root_cause"]
+    assert root["failure_class"] == "hardware.gpu_ecc_error"
+    line = root["evidence"][0]["line"]
+    assert line == 1201
+    report = html_of(client, f"/analyses/{aid}").text
+    assert f'href="/analyses/{aid}/files/0?line={line}#L{line}"' in report  # the report links here
+    r = html_of(client, f"/analyses/{aid}/files/0?line={line}")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    html = r.text
+    shown = rows(html)
+    assert line in shown and len(shown) == 500 and shown == list(range(shown[0], shown[0] + 500))
+    assert shown[0] < line - 100 and shown[-1] > line + 100  # around it
+    assert f'data-first-line="{shown[0]}" data-last-line="{shown[-1]}"' in html
+    assert f'<a class="ln-link" href="#L{line}">{line}</a>' in html  # every number is its permalink
+    row = re.search(rf'<tr id="L{line}" data-line="{line}" class="hit" title="([^"]*)">', html)
+    assert row and root["title"] in row.group(1)
+    assert "uncorrectable ECC error" in html
+    assert f'{API}/{aid}/log?file=0"' in html and f'href="/analyses/{aid}"' in html  # download, report
+    assert "3,604 lines" in html and f"{len(deep['log'].encode()):,} bytes" in html
+    assert ' style="' not in html and "<script>" not in html.replace("<script src=", "")
+
+
+def test_the_pager_moves_by_byte_offset_and_back(client: httpx.Client, deep: dict[str, Any]) -> None:
+    aid = deep["id"]
+    log: str = deep["log"]
+    lines = log.splitlines(keepends=True)
+    first = html_of(client, f"/analyses/{aid}/files/0").text
+    assert rows(first) == list(range(1, 501)) and links(first, "prev") is None
+    seen = rows(first)
+    html = first
+    while (nxt := links(html, "next")) is not None:
+        offset = int(nxt.rsplit("offset=", 1)[1])
+        assert offset == len("".join(lines[: seen[-1]]).encode())  # the next line's first byte
+        html = html_of(client, nxt).text
+        seen += rows(html)
+    assert seen == list(range(1, len(lines) + 1))  # every line once, in order
+    assert "Last page" not in html
+    # back from the last page to the first
+    back = 0
+    while (prev := links(html, "prev")) is not None:
+        before = rows(html)
+        html = html_of(client, prev).text
+        assert rows(html)[-1] == before[0] - 1
+        back += 1
+    assert rows(html)[0] == 1 and back == 7
+    # an offset inside a line starts at the next line; the last page link; go to line
+    mid = html_of(client, f"/analyses/{aid}/files/0?offset={len(lines[0].encode()) + 3}").text
+    assert rows(mid)[0] == 3
+    last = html_of(client, f"/analyses/{aid}/files/0?offset={len(log.encode())}").text
+    assert rows(last)[-1] == len(lines) and len(rows(last)) == 500
+    go = client.get(
+        f"/analyses/{aid}/files/0?goto=3000", headers={"Accept": "text/html"}, follow_redirects=False
+    )
+    assert go.status_code == 303 and go.headers["location"] == f"/analyses/{aid}/files/0?line=3000#L3000"
+
+
+def test_finding_navigation_jumps_between_findings_across_pages(
+    client: httpx.Client, deep: dict[str, Any]
+) -> None:
+    aid = deep["id"]
+    here = f"/analyses/{aid}/files/0"
+    nccl = [e["line"] for f in deep["findings"] if f["role"] == "symptom" for e in f["evidence"]]
+    assert nccl and min(nccl) == 2402
+    assert sorted(e["line"] for f in deep["findings"] for e in f["evidence"]) == [1201, *nccl]
+    start = html_of(client, here).text  # the first page: the first finding is below it
+    assert f'href="{here}?line=1201#L1201"' in start and "Next finding" in start
+    at_root = html_of(client, f"{here}?line=1201").text
+    nxt = re.search(r'href="([^"]+)" title="line (\d+)">Next finding', at_root)
+    assert nxt and int(nxt.group(2)) == min(nccl)
+    assert "Previous finding" not in at_root
+    at_nccl = html_of(client, nxt.group(1).split("#")[0]).text
+    assert re.search(r'title="line 1201">↑ Previous finding', at_nccl)
+    marked = [int(n) for n in re.findall(r'<tr id="L(\d+)" data-line="\d+" class="hit"', at_nccl)]
+    assert set(nccl) <= set(marked)
+    # the finding list in the header names every finding line
+    for n in [1201, *nccl]:
+        assert f'href="{here}?line={n}#L{n}">line {n}</a>' in at_nccl
+
+
+def test_markup_in_a_log_line_is_inert_text(client: httpx.Client, deep: dict[str, Any]) -> None:
+    html = html_of(client, f"/analyses/{deep['id']}/files/0?offset={len(deep['log'].encode())}").text
+    assert "<script>alert(1)</script>" not in html and "<img src=x" not in html
+    assert 'href="javascript:' not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &lt;img src=x onerror=alert(1)&gt;" in html
+    assert "&lt;a href=&#34;javascript:alert(1)&#34;&gt;x&lt;/a&gt;" in html
+
+
+def test_bad_input_is_a_page_or_clamped_never_a_500(client: httpx.Client, deep: dict[str, Any]) -> None:
+    aid = deep["id"]
+    here = f"/analyses/{aid}/files"
+    for path, status, text in [
+        (f"{here}/0?line=0", 422, "numbered from 1"),
+        (f"{here}/0?line=abc", 422, "whole number"),
+        (f"{here}/0?offset=-5", 422, "whole number"),
+        (f"{here}/1", 404, "there is no file 1"),
+        (f"{here}/x", 404, "no log file"),
+        ("/analyses/01ARZ3NDEKTSV4RRFFQ69G5FAV/files/0", 404, "no analysis"),
+        ("/analyses/not-an-id/files/0", 404, "no analysis"),
+    ]:
+        r = html_of(client, path)
+        assert r.status_code == status, (path, r.status_code)
+        assert r.headers["content-type"].startswith("text/html") and text in r.text, path
+    for path in [f"{here}/0?line=99999999", f"{here}/0?line={'9' * 30}", f"{here}/0?offset={'9' * 30}"]:
+        r = html_of(client, path)
+        assert r.status_code == 200 and rows(r.text)[-1] == 3604, path
+
+
+def test_the_stored_index_matches_the_blobs_real_frames(server: LiveServer) -> None:
+    """A log over a few frames: `blobs.line_index` names each frame of the stored file, each
+    frame decompresses on its own from its offset, and the viewer's end page is right."""
+    from app.blobstore.base import FRAME_BYTES
+    from app.db import repo
+    from app.db.repo.completion import blob_line_index
+
+    body = filler(FRAME_BYTES * 9 // 4 // 60, "big") + ECC.format(ip="10.7.7.7")  # ~2.3 frames
+    with server.client() as c:
+        r = c.post(API, content=body.encode(), headers={"Content-Type": "text/plain"})
+        assert r.status_code == 201, r.text
+        res = r.json()
+        ctx = server.ctx
+        with ctx.db.read() as s:
+            row = repo.get_analysis(s, analysis_id=res["id"], full=True)
+            sha = row.files[0].blob_sha256
+            index = blob_line_index(s, sha256=sha)
+        assert index is not None and len(index) >= 4  # 3 frames and the end
+        with ctx.store.open(sha) as fh:
+            content = fh.read()
+        raw = ctx.store.path_of(sha).read_bytes()
+        check_index(index, raw, content)
+        n = content.count(b"\n")
+        html = html_of(c, f"/analyses/{res['id']}/files/0?line={n}").text
+        assert rows(html)[-1] == n and "10.7.7.7" in html
+
+
+def test_an_ingest_token_cannot_view_others_logs_and_a_missing_blob_is_clear(
+    tmp_path: Path, fresh_db_url: str
+) -> None:
+    from app.db import repo
+    from app.db.session import Database
+
+    settings = make_settings(tmp_path, fresh_db_url, auth_cache_seconds=0)
+    with live_server(settings) as srv:
+        db = Database(settings.effective_database_url)
+        try:
+            with db.write() as s:
+                _r, alice = repo.create_token(s, name="alice", scopes=["ingest"])
+                _r, bob = repo.create_token(s, name="bob", scopes=["ingest"])
+                _r, reader = repo.create_token(s, name="reader", scopes=["read"])
+        finally:
+            db.dispose()
+
+        def as_(token: str) -> httpx.Client:
+            return srv.client(headers={"Authorization": f"Bearer {token}", "Accept": "text/html"})
+
+        with as_(alice) as a, as_(bob) as b, as_(reader) as rd:
+            up = a.post(
+                API,
+                content=training_log(ECC.format(ip="10.0.0.1")).encode(),
+                headers={"Content-Type": "text/plain"},
+            )
+            assert up.status_code == 201
+            aid = up.json()["id"]
+            path = f"/analyses/{aid}/files/0?line=21"
+            assert a.get(path).status_code == 200  # its own upload
+            denied = b.get(path)
+            assert denied.status_code == 403 and "read" in denied.text and "ECC" not in denied.text
+            assert rd.get(path).status_code == 200
+            assert srv.client().get(path, follow_redirects=False).status_code in (303, 401)
+            # the blob gone from the store: a clear page, not a 500
+            with srv.ctx.db.read() as s:
+                sha = repo.get_analysis(s, analysis_id=aid, full=True).files[0].blob_sha256
+            srv.ctx.store.delete(sha)
+            gone = rd.get(path)
+            assert gone.status_code == 404 and "missing from the blob store" in gone.text
+
+
+@pytest.fixture
+def fresh_db_url(db_url: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database of its own (tokens end open mode for everyone sharing it)."""
+    if db_url.startswith("sqlite"):
+        return f"sqlite:///{tmp_path / 'own.db'}"
+    url: str = request.getfixturevalue("pg_schemas").new()
+    return url
