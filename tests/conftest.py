@@ -121,7 +121,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="module")
-def service_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def service_data_dir(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # one blob store per database, as deployed: a store shared by the SQLite and the PostgreSQL
+    # run of a module would hold blobs neither database has rows for
     return tmp_path_factory.mktemp("service-data")
 
 

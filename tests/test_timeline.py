@@ -369,3 +369,61 @@ def test_a_single_process_log_gets_no_rank_table(compiled: CompiledLibrary, tmp_
         'Traceback (most recent call last):\n  File "t.py", line 1, in <module>\nValueError: bad\n'
     )
     assert "TIMELINE" not in render_text(_analyse(compiled, log))
+
+
+def _two_hosts(path: Path, *, skew: float, slow_steps: tuple[int, ...] = ()) -> Path:
+    """4 ranks on 2 hosts whose host node-b2 clock is `skew` s ahead; rank 3 stops at step 25
+    and the others time out 10 min later. `slow_steps`: steps host node-b2 printed 30 s late
+    (a straggling step, not a clock)."""
+    import datetime as dt
+
+    t0 = dt.datetime(2026, 11, 23, 10, 0, 0)
+    host = {0: "node-a1", 1: "node-a1", 2: "node-b2", 3: "node-b2"}
+    out = []
+    for step in range(1, 41):
+        for r in range(4):
+            if r == 3 and step > 25:
+                continue
+            late = 30 if step in slow_steps and host[r] == "node-b2" else 0
+            t = t0 + dt.timedelta(seconds=step * 10 + late + (skew if host[r] == "node-b2" else 0))
+            out.append(
+                f"{host[r]}: [rank{r}]: {t:%Y-%m-%d %H:%M:%S},000 INFO step {step} | loss 1.5 | lr 1e-5"
+            )
+    for r in range(3):
+        t = t0 + dt.timedelta(seconds=1010 + (skew if host[r] == "node-b2" else 0))
+        out.append(
+            f"{host[r]}: [rank{r}]: [E{t:%m%d %H:%M:%S}.000000000 ProcessGroupNCCL.cpp:632] [Rank {r}] "
+            "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=400, OpType=ALLREDUCE, "
+            "NumelIn=1000, NumelOut=1000, Timeout(ms)=600000) ran for 600010 milliseconds before timing out."
+        )
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def test_a_hosts_clock_offset_is_measured_from_shared_steps_and_corrected(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    from app.render.text import render_text
+
+    a = _analyse(compiled, _two_hosts(tmp_path / "skew.log", skew=900))
+    off = a.timeline["clock_offsets"]
+    assert (
+        list(off) == ["node-b2"]
+        and off["node-b2"]["seconds"] == 900
+        and off["node-b2"]["reference"] == "node-a1"
+    )
+    ranks = {r["rank"]: r for r in a.timeline["ranks"]}
+    # on one clock, ranks 0 and 2 printed step 40 at the same moment, 15 min apart as read
+    assert ranks[0]["last_time"] == ranks[2]["last_time"]
+    assert a.timeline["verdict"]["ranks"] == [3]
+    assert "clock of node-b2 runs 15 min ahead of node-a1" in render_text(a, width=140)
+
+
+@pytest.mark.parametrize("slow", [(), (5, 6, 7)])
+def test_no_offset_without_skew_nor_from_a_few_straggling_steps(
+    compiled: CompiledLibrary, tmp_path: Path, slow: tuple[int, ...]
+) -> None:
+    a = _analyse(compiled, _two_hosts(tmp_path / "flat.log", skew=0, slow_steps=slow))
+    assert a.timeline["clock_offsets"] == {}
+    ranks = {r["rank"]: r for r in a.timeline["ranks"]}
+    assert ranks[0]["last_time"] == ranks[2]["last_time"]

@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from app.engine import flight
+from app.engine import clockskew, flight
 from app.engine.clock import parse_time, year_of
 from app.engine.failslow import fail_slow
 from app.engine.forensics import (
@@ -612,6 +612,24 @@ def _complete(verdicts: list[Verdict]) -> None:
         v.summary += f"; and {other.summary}"
 
 
+def _step_times(scans: Sequence[Any], year: int | None) -> dict[int, dict[int, float]]:
+    """rank -> step -> the time of the first metric line of that step the rank printed."""
+    out: dict[int, dict[int, float]] = defaultdict(dict)
+    for scan in scans:
+        steps = {mp.line: mp for mp in scan.metrics if mp.step is not None}
+        if not steps:
+            continue
+        for lineno, text in scan.tail:
+            mp = steps.get(lineno)
+            if mp is None:
+                continue
+            rank = mp.rank if mp.rank is not None else scan.rank_hint
+            t = parse_time(text, year_hint=year)
+            if rank is not None and t is not None:
+                out[rank].setdefault(mp.step, t)
+    return out
+
+
 def build(scans: Sequence[Any]) -> Timeline:
     """The timeline of an analysis from its FileScans."""
     year = None
@@ -633,6 +651,8 @@ def build(scans: Sequence[Any]) -> Timeline:
                 st = tl.ranks[mp.rank]
                 st.last_step = mp.step if st.last_step is None else max(st.last_step, mp.step)
                 st.progress.last_step = st.last_step
+    tl.clock_offsets = clockskew.offsets(_step_times(scans, year), tl.ranks)
+    clockskew.apply(tl.ranks, tl.clock_offsets)
     tl.collectives = collectives(probes, year)
     known = set(tl.ranks) | {r.rank for r in tl.collectives}
     # strongest first: torch's own check, gloo's size check, the watchdog table, the ranks' stacks

@@ -194,6 +194,8 @@ class Timeline:
     slowdown: dict[str, Any] | None = None
     stacks: dict[str, Any] | None = None
     year: int | None = None
+    # host -> {"seconds": its clock minus the reference host's, "steps": shared steps, "reference"}
+    clock_offsets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -216,4 +218,5 @@ class Timeline:
             },
             "slowdown": self.slowdown,
             "stacks": self.stacks,
+            "clock_offsets": self.clock_offsets,
         }

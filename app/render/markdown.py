@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.engine.models import Analysis, Finding
 from app.engine.patches import ray_env_block
-from app.render.timeline_table import rows
+from app.render.timeline_table import clock_notes, rows
 
 
 def _fence(text: str, lang: str = "") -> str:
@@ -55,6 +55,9 @@ def _timeline_md(a: Analysis) -> list[str]:
             )
         if left:
             out += ["", f"… and {left} more rank(s)."]
+    notes = clock_notes(tl)
+    if notes:
+        out += [""] + [f"- {_cell(n)}" for n in notes]
     return out
 
 

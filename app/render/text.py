@@ -6,7 +6,7 @@ import textwrap
 
 from app.engine.models import Analysis, Finding, Patch
 from app.engine.patches import ray_env_block
-from app.render.timeline_table import text_table
+from app.render.timeline_table import clock_notes, text_table
 
 _COLOURS = {
     "bold": "1",
@@ -152,6 +152,7 @@ def _timeline(a: Analysis, s: _Style, width: int) -> list[str]:
         out.extend("  " + ln for ln in wrapped)
     if len(ranks) >= 2:
         out.extend("  " + ln for ln in text_table(tl, width=width - 2))
+    out.extend("  " + ln for ln in clock_notes(tl))
     return out
 
 

@@ -83,6 +83,20 @@ def rows(timeline: dict[str, Any], *, limit: int = MAX_ROWS) -> tuple[list[Row],
     return out, len(ranks) - len(chosen)
 
 
+def clock_notes(timeline: dict[str, Any]) -> list[str]:
+    """One sentence per host whose clock the timeline corrected, so a reader comparing raw log
+    times knows why the table's times differ from them."""
+    out = []
+    for host, off in sorted((timeline.get("clock_offsets") or {}).items()):
+        sec = off["seconds"]
+        side = "ahead of" if sec > 0 else "behind"
+        out.append(
+            f"clock of {host} runs {_span(abs(sec))} {side} {off['reference']} "
+            f"(from {off['steps']} steps both finished together); its times are corrected"
+        )
+    return out
+
+
 def text_table(timeline: dict[str, Any], *, width: int = 100) -> list[str]:
     """Fixed-width lines; the named ranks are marked with `>`."""
     table, left = rows(timeline)

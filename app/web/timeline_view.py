@@ -13,7 +13,7 @@ from typing import Any
 
 import markupsafe
 
-from app.render.timeline_table import Row, rows
+from app.render.timeline_table import Row, clock_notes, rows
 from app.web.charts import _e, metric_chart
 from app.web.report_view import file_index, viewer_href
 
@@ -49,6 +49,7 @@ class TimelineView:
     slowdown: dict[str, Any] | None = None
     stacks: dict[str, Any] | None = None
     collectives: list[dict[str, Any]] = field(default_factory=list)
+    clock_notes: list[str] = field(default_factory=list)
 
     @property
     def show_hosts(self) -> bool:
@@ -200,4 +201,5 @@ def timeline_view(resource: dict[str, Any]) -> TimelineView | None:
         slowdown=tl.get("slowdown"),
         stacks=tl.get("stacks"),
         collectives=tl.get("collectives") or [],
+        clock_notes=clock_notes(tl),
     )
