@@ -384,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
         "--logtriage", metavar="CMD", help="command for the CLI (default: the installed `logtriage`)"
     )
     ap.add_argument(
+        "--baseline",
+        metavar="CMD",
+        help="a second logtriage command (an older checkout, say) benched in the same rounds: "
+        "a before/after figure on one machine state",
+    )
+    ap.add_argument(
         "--rg-unicode-boundaries",
         action="store_true",
         help="give ripgrep the patterns unchanged (by default \\b becomes (?-u:\\b) for rg)",
@@ -464,6 +470,16 @@ def main(argv: list[str] | None = None) -> int:
                         [*lt, "analyze", str(path), "--format", "json", "--jobs", str(j), *extra],
                     )
                 )
+                if args.baseline:
+                    base = shlex.split(args.baseline)
+                    cases.append(
+                        Case(
+                            f"baseline --jobs {j}",
+                            "logtriage",
+                            kind,
+                            [*base, "analyze", str(path), "--format", "json", "--jobs", str(j), *extra],
+                        )
+                    )
 
     runs_dir = OUT / "runs"
     runs_dir.mkdir(exist_ok=True)
