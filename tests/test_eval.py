@@ -78,3 +78,21 @@ def test_device_corpora_name_the_class_the_rank_and_the_phase(compiled: Compiled
         assert sum(c.expected == c.predicted for c in rows) / len(rows) >= TIMELINE_FLOORS["class"], misses
         assert sum(c.rank_ok for c in scored) / len(scored) >= TIMELINE_FLOORS["rank"], misses
         assert sum(c.phase_ok for c in scored) / len(scored) >= TIMELINE_FLOORS["phase"], misses
+
+
+def test_split_detail_counts_precision_coverage_and_false_alarms() -> None:
+    from app.engine.evaluation import Case, Report
+
+    r = Report(
+        cases=[
+            Case("a", "cuda.out_of_memory", "cuda.out_of_memory", split="fresh"),
+            Case("b", "nccl.error", "unknown", split="fresh"),
+            Case("c", "host.disk_full", "nccl.error", split="fresh"),
+            Case("d", "unknown", "unknown", split="fresh"),
+            Case("e", "unknown", "cuda.out_of_memory", split="fresh"),
+        ]
+    )
+    d = r.split_detail()["fresh"]
+    assert d["logs"] == 5 and d["named"] == 3 and d["precision"] == round(1 / 3, 4)
+    assert d["coverage"] == round(2 / 3, 4)  # 2 of the 3 failures got a cause, right or wrong
+    assert d["negatives"] == 2 and d["false_alarms"] == 1

@@ -111,6 +111,30 @@ class Report:
             out[name] = round(sum(c.expected == c.predicted for c in cases) / len(cases), 4)
         return out
 
+    def split_detail(self) -> dict[str, dict[str, Any]]:
+        """Per split: top-1, how often a named cause is right (precision), how many failures got a
+        cause at all (coverage), and false alarms (a cause named for a negative)."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in sorted({c.split for c in self.cases}):
+            cases = [c for c in self.cases if c.split == name]
+            named = [c for c in cases if c.predicted != "unknown"]
+            failures = [c for c in cases if c.expected != "unknown"]
+            negatives = [c for c in cases if c.expected == "unknown"]
+            out[name] = {
+                "logs": len(cases),
+                "top1": round(sum(c.expected == c.predicted for c in cases) / len(cases), 4),
+                "named": len(named),
+                "precision": round(sum(c.expected == c.predicted for c in named) / len(named), 4)
+                if named
+                else None,
+                "coverage": round(sum(c.predicted != "unknown" for c in failures) / len(failures), 4)
+                if failures
+                else None,
+                "negatives": len(negatives),
+                "false_alarms": sum(c.predicted != "unknown" for c in negatives),
+            }
+        return out
+
     def calibration(self, bands: tuple[float, ...] = (0.35, 0.5, 0.7, 0.85, 1.0)) -> list[dict[str, Any]]:
         """Reliability: for root causes named with confidence in each band, how often they were
         right. A calibrated library is right about as often as it says."""
@@ -134,6 +158,7 @@ class Report:
             "cases": len(self.cases),
             "accuracy": round(self.accuracy, 4),
             "accuracy_by_split": self.by_split(),
+            "splits": self.split_detail(),
             "per_class": self.per_class(),
             "calibration": self.calibration(),
             "errors": [c.__dict__ for c in self.cases if c.expected != c.predicted],
@@ -239,7 +264,16 @@ def evaluate_cases(compiled: CompiledLibrary, cases_file: Path) -> list[Timeline
 
 def format_report(r: Report) -> str:
     splits = ", ".join(f"{k} {v:.1%}" for k, v in r.by_split().items())
-    lines = [f"corpus: {len(r.cases)} logs, top-1 accuracy {r.accuracy:.1%} ({splits})", ""]
+    lines = [f"corpus: {len(r.cases)} logs, top-1 accuracy {r.accuracy:.1%} ({splits})"]
+    for name, d in r.split_detail().items():
+        prec = f"{d['precision']:.1%}" if d["precision"] is not None else "-"
+        cov = f"{d['coverage']:.1%}" if d["coverage"] is not None else "-"
+        lines.append(
+            f"  {name}: {d['logs']} logs, top-1 {d['top1']:.1%}; a cause named for {d['named']} "
+            f"(precision {prec}, failures covered {cov}); {d['negatives']} negatives, "
+            f"{d['false_alarms']} false alarm(s)"
+        )
+    lines.append("")
     lines.append(f"{'class':36} {'precision':>9} {'recall':>7} {'n':>4}")
     for cls, m in r.per_class().items():
         lines.append(f"{cls:36} {m['precision']:9.2f} {m['recall']:7.2f} {int(m['support']):4d}")
