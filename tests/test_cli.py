@@ -123,3 +123,22 @@ def test_rules_commands() -> None:
     assert run("rules", "show", "no-such-rule").returncode == 1
     exported = run("rules", "export", "--format", "grep").stdout.decode().splitlines()
     assert len(exported) >= len(ids) and not any("(?P<" in p for p in exported)
+
+
+def test_possible_causes_bring_only_the_checks_that_decide_between_them(tmp_path: Path) -> None:
+    log = tmp_path / "driver.log"
+    log.write_text(
+        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.generate() (pid=5, ip=10.0.0.7)\n"
+    )
+    res = run("analyze", str(log), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["root_cause"] is None
+    assert {p["failure_class"] for p in data["possible_causes"]} == {
+        "cuda.out_of_memory",
+        "ray.node_out_of_memory",
+    }
+    joined = " ".join(data["next_steps"])
+    assert joined.count("To confirm") == 2 and "pip list" in joined
+    # neither candidate is hardware nor communication: no hardware or NCCL checklist
+    assert "nvidia-smi -q -d ECC" not in joined and "NCCL_DEBUG" not in joined

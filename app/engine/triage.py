@@ -88,7 +88,17 @@ def _next_steps(root: Finding | None, findings: list[Finding], possible: list[Po
             "first failure in time is the one to fix."
         )
         return steps
-    return steps + list(NEXT_STEPS_UNKNOWN)
+    if not any(p.failure_class != "unknown" for p in possible):
+        return steps + list(NEXT_STEPS_UNKNOWN)
+    # with candidates named, only the generic checks that could decide between them
+    first, hardware, nccl, versions = NEXT_STEPS_UNKNOWN
+    steps.append(first)
+    # symptom classes (timeouts, dead actors) are as often a hardware fault elsewhere
+    if any(p.kind == "hardware" or p.failure_class in SYMPTOM_CLASSES for p in possible):
+        steps.append(hardware)
+    if any(p.failure_class.startswith(("nccl.", "dist.")) for p in possible):
+        steps.append(nccl)
+    return [*steps, versions]
 
 
 @dataclass(frozen=True)
