@@ -269,3 +269,25 @@ def test_remediation_placeholders_come_from_facts_or_their_line_is_left_out(tmp_
     a = _triage(lib, tmp_path, {"j.log": log})
     assert a.root_cause is not None
     assert a.root_cause.remediation == "Raise it.\n- now 0.85, try more"  # from the fact; no hole
+
+
+def test_a_capture_holding_markdown_is_shown_as_written_never_as_a_link(tmp_path: Path) -> None:
+    from app.render.html import markdown_block
+    from app.render.text import render_text
+
+    rule = _rule("host", "hardware.gpu_xid_error", "error", r"GPU fault on host (?P<who>\S+)", 0.9).replace(
+        "remediation: Do the thing for host.",
+        "remediation: |\n  - Drain {who} and **reset** it; see [the runbook](https://runbook.example/xid).",
+    )
+    assert "Do the thing" not in rule
+    lib = _lib(tmp_path, {"hw/host.yaml": rule})
+    a = _triage(lib, tmp_path, {"j.log": "GPU fault on host [click](https://evil.example/x)**boom**\n"})
+    assert a.root_cause is not None
+    html = str(markdown_block(a.root_cause.remediation))
+    assert 'href="https://evil.example' not in html and "<strong>boom" not in html
+    assert "[click](https://evil.example/x)**boom**" in html  # the value, as the log wrote it
+    assert (
+        '<a href="https://runbook.example/xid" rel="noopener">the runbook</a>' in html
+    )  # the rule's own link
+    assert "<strong>reset</strong>" in html
+    assert "[click](https://evil.example/x)**boom**" in render_text(a, width=200)

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from app import __version__
-from app.api import errors
+from app.api import accesslog, errors
 from app.api.authcache import AuthCache
 from app.api.context import AppContext
 from app.api.routes import analyses, health, rules, stats
@@ -151,6 +151,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings or get_settings()
+    accesslog.install()
     errors.install(app)
     app.add_middleware(SecurityHeaders)
     app.include_router(analyses.router)

@@ -494,6 +494,36 @@ class Intake:
     digest: str
 
 
+def _redacted_meta(meta: Any) -> Any:
+    """Metadata as stored and shown: a secret in a job id, host, source or label goes the way of
+    one in the log. A label is checked as `key=value`, so `WANDB_API_KEY=...` is seen as the
+    assignment it is."""
+    from app.engine.redact import redact_text
+
+    labels = {}
+    for key, value in (meta.labels or {}).items():
+        pair = f"{key}={value}"
+        red = redact_text(pair)
+        safe_key = redact_text(key)
+        if red == pair:
+            labels[safe_key] = value
+        else:
+            labels[safe_key] = red[len(key) + 1 :] if red.startswith(key + "=") else "[REDACTED:label]"
+    changes: dict[str, Any] = {"labels": labels}
+    for name in ("job_id", "host", "source"):
+        value = getattr(meta, name)
+        if isinstance(value, str):
+            changes[name] = redact_text(value)
+    return meta.model_copy(update=changes)
+
+
+def _redacted_name(f: InputFile) -> InputFile:
+    from app.engine.redact import redact_text
+
+    name = redact_text(f.name)
+    return f if name == f.name else InputFile(name, f.path, data=f.data)
+
+
 def intake_of(upload: Upload, *, query: dict[str, Any], labels: list[str], source: str) -> Intake:
     """Metadata from the query and the form fields (a field wins), validated; every edge that
     receives an upload (REST, web form) builds its job here."""
@@ -510,6 +540,10 @@ def intake_of(upload: Upload, *, query: dict[str, Any], labels: list[str], sourc
     data["labels"] = parse_labels([*labels, *fields.get("label", [])], fields.get("labels"))
     data = {k: v for k, v in data.items() if v is not None and v != ""}
     meta = validate_metadata(data)
+    meta = _redacted_meta(meta)
+    upload.files = [_redacted_name(f) for f in upload.files]
+    if upload.config is not None:
+        upload.config = _redacted_name(upload.config)
     digest = hashlib.sha256(
         json.dumps({"parts": upload.parts, "meta": meta.model_dump()}, sort_keys=True).encode()
     ).hexdigest()

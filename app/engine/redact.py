@@ -25,7 +25,11 @@ import regex
 from app.engine.lines import strip_ansi
 from app.engine.matcher import Matcher, PatternSpec, build_matcher
 
-_VALUE = r"(?!\[REDACTED)(?=[^\s\"',;}{]*[A-Za-z])[^\s\"',;}{]{6,}"
+# Not values: a file path (`GOOGLE_APPLICATION_CREDENTIALS=/etc/gcp/key.json` names where the
+# secret is, not the secret) and a chat-template token (`stop_token=<|im_end|>`). A closing
+# parenthesis ends a value: `(token=...)` keeps its `)`.
+_NOT_VALUE = r"(?!(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]*)*(?:[\s\"',;}{)]|$))(?!<)"
+_VALUE = r"(?!\[REDACTED)" + _NOT_VALUE + r"(?=[^\s\"',;}{)]*[A-Za-z])[^\s\"',;}{)]{6,}"
 # Keys whose value is a secret; tokenizer settings (pad_token, eos_token, ...) are not.
 _KEY = (
     r"(?:api[_-]?key|secret(?:[_-]?key)?|(?<!pad_|eos_|bos_|unk_|sep_|cls_|mask_)token"
@@ -38,6 +42,16 @@ RULES: list[tuple[str, str]] = [
         r"(?P<secret>-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-\n]*-----END [A-Z ]*PRIVATE KEY-----)?)",
     ),
     ("aws-access-key", r"\b(?P<secret>(?:AKIA|ASIA)[0-9A-Z]{16})\b"),
+    ("alibaba-access-key", r"\b(?P<secret>LTAI[A-Za-z0-9]{12,30})\b"),
+    ("tencent-secret-id", r"\b(?P<secret>AKID[A-Za-z0-9]{13,40})\b"),
+    ("google-api-key", r"(?P<secret>AIza[0-9A-Za-z_-]{35})"),
+    ("azure-storage-key", r"(?i)AccountKey=(?P<secret>[A-Za-z0-9+/=]{20,})"),
+    ("azure-sas", r"[?&]sig=(?P<secret>[A-Za-z0-9%+/=]{16,})"),
+    ("gcp-key-id", r"\"private_key_id\"\s*:\s*\"(?P<secret>[0-9a-f]{32,})\""),
+    ("gitlab-token", r"\b(?P<secret>glpat-[A-Za-z0-9_-]{20,})"),
+    ("stripe-key", r"\b(?P<secret>(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,})"),
+    ("logtriage-token", r"\b(?P<secret>lt_[A-Za-z0-9_-]{40,})"),
+    ("wandb-key", r"wandb login (?:--relogin )?(?P<secret>[0-9a-f]{40})\b"),
     ("github-token", r"\b(?P<secret>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})"),
     ("slack-token", r"\b(?P<secret>xox[abposr]-[A-Za-z0-9-]{10,})"),
     ("slack-webhook", r"(?P<secret>https://hooks\.slack\.com/services/[A-Za-z0-9/]+)"),
@@ -47,6 +61,11 @@ RULES: list[tuple[str, str]] = [
     # the look-ahead: a redacted URL is not a new secret when a stored log is re-triaged
     ("url-credentials", r"://[^/\s:@]{1,64}:(?P<secret>(?!\[REDACTED)[^/\s@]{1,128})@"),
     ("bearer", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{16,})"),
+    (
+        "authorization",
+        r"(?i)\bauthorization[\"']?\s*[:=]\s*[\"']?(?:(?:basic|token|digest)\s+)?"
+        r"(?!bearer\s|\[REDACTED)(?P<secret>[A-Za-z0-9._~+/=-]{8,})",
+    ),
     ("secret-assignment", rf"(?i){_KEY}[\"']?\s*[=:]\s*[\"']?(?P<secret>{_VALUE})"),
     ("secret-flag", r"(?i)--[\w-]*(?:api-key|token|secret|password)[= ](?P<secret>" + _VALUE + ")"),
 ]
@@ -83,6 +102,17 @@ def _sub_secret(kind: str, rx: regex.Pattern[str], text: str, counts: Counter[st
 _HINTS: dict[str, tuple[tuple[str, ...], bool]] = {
     "private-key": (("-----BEGIN ",), False),
     "aws-access-key": (("AKIA", "ASIA"), False),
+    "alibaba-access-key": (("LTAI",), False),
+    "tencent-secret-id": (("AKID",), False),
+    "google-api-key": (("AIza",), False),
+    "azure-storage-key": (("accountkey=",), True),
+    "azure-sas": (("sig=",), False),
+    "gcp-key-id": (('"private_key_id"',), False),
+    "gitlab-token": (("glpat-",), False),
+    "stripe-key": (("_live_", "_test_"), False),
+    "logtriage-token": (("lt_",), False),
+    "wandb-key": (("wandb login",), False),
+    "authorization": (("authorization",), True),
     "github-token": (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
     "slack-token": (("xox",), False),
     "slack-webhook": (("https://hooks.slack.com/services/",), False),
@@ -168,10 +198,26 @@ def redact_stream(
             if len(block) < 4 * chunk_size:
                 carry = block
                 continue
-            cut = len(block)
+            cut = _forced_cut(block)
         carry = block[cut:]
         out, key_lines = _redact_block(block[:cut], matcher, key_lines, counts)
         yield out
+
+
+# Secrets hold none of these bytes: cutting a huge line just after one never splits a secret.
+_SAFE_CUT = regex.compile(rb"[\s,;\"'<>(){}\[\]|]")
+CUT_WINDOW = 1 << 16
+
+
+def _forced_cut(block: bytes) -> int:
+    """Where to cut a line too long to hold whole: after the last delimiter in its last 64 KiB,
+    so a token straddling the cut is seen whole in the next piece. A 64 KiB run without any
+    delimiter is cut where it is: no secret kind is that long."""
+    tail = max(0, len(block) - CUT_WINDOW)
+    last = None
+    for m in _SAFE_CUT.finditer(block, tail):
+        last = m
+    return last.end() if last is not None else len(block)
 
 
 def _redact_line(line: bytes, counts: Counter[str] | None = None) -> bytes:

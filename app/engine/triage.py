@@ -203,6 +203,15 @@ def _detect_framework(scans: list[FileScan], override: str | None) -> tuple[Fram
     return FrameworkInfo(name=detected[0], version=seen[detected[0]]), detected
 
 
+_MD_SPECIAL = regex.compile(r"([\\`*\[\]])")
+
+
+def md_literal(value: str) -> str:
+    """A value from the log as literal Markdown: a capture holding `[text](https://...)` or
+    `**...**` is shown as written, never as a link or emphasis (the remediation is Markdown)."""
+    return str(_MD_SPECIAL.sub(r"\\\1", value))
+
+
 _PLACEHOLDER = regex.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # compiled once: regex.sub's cache is slow
 
 
@@ -213,7 +222,7 @@ def _remediation_text(rule: Rule, captures: dict[str, str], facts: Mapping[str, 
     known: dict[str, Any] = {**(facts or {}), **captures}
 
     def fill(m: regex.Match[str]) -> str:
-        return str(known[m.group(1)])
+        return md_literal(str(known[m.group(1)]))
 
     text = rule.remediation.strip()
     kept = [
@@ -222,7 +231,9 @@ def _remediation_text(rule: Rule, captures: dict[str, str], facts: Mapping[str, 
         if all(name in known for name in _PLACEHOLDER.findall(line))
     ]
     if not any(line.strip() for line in kept):
-        return str(_PLACEHOLDER.sub(lambda m: str(known.get(m.group(1), f"<{m.group(1)}>")), text))
+        return str(
+            _PLACEHOLDER.sub(lambda m: md_literal(str(known.get(m.group(1), f"<{m.group(1)}>"))), text)
+        )
     return "\n".join(kept)
 
 

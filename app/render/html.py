@@ -18,13 +18,25 @@ _LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
 _ITEM = re.compile(r"^\s{0,3}(?:[-*]|\d+\.)\s+(.*)$")
 
 
+_ESCAPED = re.compile(r"\\([\\`*\[\]])")
+_HELD = re.compile("\x00(\\d+)\x00")
+
+
 def inline(text: str) -> str:
-    """Escaped text with `code`, **bold**, *emphasis* and http(s) links."""
-    out = str(markupsafe.escape(text))
+    """Escaped text with `code`, **bold**, *emphasis* and http(s) links. A backslash-escaped
+    character (how values from the log are inserted) stays that literal character."""
+    held: list[str] = []
+
+    def hold(m: re.Match[str]) -> str:
+        held.append(m.group(1))
+        return f"\x00{len(held) - 1}\x00"
+
+    out = str(markupsafe.escape(_ESCAPED.sub(hold, text.replace("\x00", ""))))
     out = _CODE.sub(r"<code>\1</code>", out)
     out = _BOLD.sub(r"<strong>\1</strong>", out)
     out = _EM.sub(r"<em>\1</em>", out)
-    return _LINK.sub(r'<a href="\2" rel="noopener">\1</a>', out)
+    out = _LINK.sub(r'<a href="\2" rel="noopener">\1</a>', out)
+    return _HELD.sub(lambda m: str(markupsafe.escape(held[int(m.group(1))])), out)
 
 
 def markdown_block(text: str) -> markupsafe.Markup:

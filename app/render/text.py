@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from app.engine.models import Analysis, Finding, Patch
 from app.engine.patches import ray_env_block
 from app.render.timeline_table import clock_notes, text_table
+
+# values from the log sit in the Markdown remediation backslash-escaped (see triage.md_literal)
+_MD_ESCAPE = re.compile(r"\\([\\`*\[\]])")
 
 _COLOURS = {
     "bold": "1",
@@ -102,7 +106,7 @@ def render_text(a: Analysis, *, colour: bool = False, width: int = 100) -> str:
                 out.append(f"    - {f.title} [{f.failure_class}] {s(_where(f), 'dim')}")
         out.append("")
         out.append(s("WHAT TO DO", "bold", "green"))
-        out.extend("  " + line for line in root.remediation.splitlines())
+        out.extend("  " + _MD_ESCAPE.sub(r"\1", line) for line in root.remediation.splitlines())
         if root.patches:
             out.append("")
             out.append(s("CONFIG PATCHES", "bold", "green"))
