@@ -76,6 +76,10 @@ def test_history_filters_narrow_and_combine(client: httpx.Client, seeded: dict[s
     )
     searched = ids_on(page(client, "/analyses?q=pages-ecc-1").text)
     assert searched == [seeded["ecc"][1]]
+    # a search ignores case on both databases (SQLite's LIKE, PostgreSQL's ILIKE) and keeps
+    # LIKE's wildcards literal
+    assert ids_on(page(client, "/analyses?q=PAGES-ECC-1").text) == [seeded["ecc"][1]]
+    assert ids_on(page(client, "/analyses?q=pages_ecc").text) == []
     unknown = set(ids_on(page(client, "/analyses?unknown=1&limit=100").text))
     assert seeded["unknown"][0] in unknown and not (unknown & set(seeded["oom"] + seeded["ecc"]))
     with_fb = set(ids_on(page(client, "/analyses?feedback=yes&limit=100").text))

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from app.db import repo
 from app.db.models import Analysis
 from app.errors import AnalysisNotReadyError, ValidationFailedError
-from app.service import present
+from app.service import aggregates, present
 from app.service.access import Principal, check_can_read
 from app.service.analyses import Completed
 from app.service.context import ServiceContext
@@ -134,7 +136,7 @@ def load_report(ctx: ServiceContext, *, analysis_id: str, base: str, principal: 
             rows, _ = repo.list_analyses(
                 s, filters=repo.AnalysisFilter(fingerprint=row.fingerprint), limit=11
             )
-            others = [present.summary(r, base=base) for r in rows if r.id != row.id][:10]
+            others = present.summaries(s, [r for r in rows if r.id != row.id][:10], base=base)
     return Report(res, rule_texts, others)
 
 
@@ -185,7 +187,7 @@ def history(
     """A page of the history, newest first, as summaries, and the cursor of the next page."""
     with ctx.db.read() as s:
         rows, next_cursor = repo.list_analyses(s, filters=filters, limit=limit, cursor=cursor)
-        return [present.summary(r, base=base) for r in rows], next_cursor
+        return present.summaries(s, rows, base=base), next_cursor
 
 
 @dataclass(frozen=True)
@@ -221,9 +223,14 @@ def history_page(
         if newer_than and rows:
             # a page reached backwards has an older neighbour: the one it came from
             older = repo.encode_cursor(rows[-1].id)
-        count = repo.count_analyses(s, filters=filters, cap=HISTORY_COUNT_CAP)
+        # paging through one search asks the same count again: cached until the data changes
+        count = aggregates.CACHE.get(
+            s,
+            ("count", repr(filters), HISTORY_COUNT_CAP),
+            lambda: repo.count_analyses(s, filters=filters, cap=HISTORY_COUNT_CAP),
+        )
         feedback = repo.feedback_counts(s, analysis_ids=[r.id for r in rows])
-        summaries = [present.summary(r, base=base) for r in rows]
+        summaries = present.summaries(s, rows, base=base)
     capped = count > HISTORY_COUNT_CAP
     return HistoryPage(summaries, older, newer, min(count, HISTORY_COUNT_CAP), capped, feedback)
 
@@ -232,6 +239,15 @@ def trends(ctx: ServiceContext, *, since: dt.datetime, until: dt.datetime, top: 
     if since >= until:
         raise ValidationFailedError("since must be before until")
     with ctx.db.read() as s:
+        return cached_stats(s, ctx=ctx, since=since, until=until, top=top)
+
+
+def cached_stats(
+    s: Session, *, ctx: ServiceContext, since: dt.datetime, until: dt.datetime, top: int
+) -> dict[str, Any]:
+    """`repo.stats`, recomputed only when the stored data changed (app.service.aggregates)."""
+
+    def compute() -> dict[str, Any]:
         return repo.stats(
             s,
             since=since,
@@ -240,3 +256,6 @@ def trends(ctx: ServiceContext, *, since: dt.datetime, until: dt.datetime, top: 
             suspect_min_jobs=ctx.settings.suspect_min_jobs,
             top=top,
         )
+
+    key = ("stats", since, until, top, ctx.settings.recurrence_days, ctx.settings.suspect_min_jobs)
+    return aggregates.CACHE.get(s, key, compute)

@@ -159,8 +159,17 @@ def load_resource(session: Session, *, row: Analysis, base: str, settings: Setti
     return resource(row=row, base=base, files=row.files, feedback=row.feedback, standing=standing)
 
 
-def summary(row: Analysis, *, base: str) -> dict[str, Any]:
-    root = (row.result or {}).get("root_cause")
+_UNSET: Any = object()
+
+
+def summary(row: Analysis, *, base: str, confidence: float | None = _UNSET) -> dict[str, Any]:
+    """`confidence` given (a history page's rows, read without their result document): the
+    title comes from the denormalised column."""
+    if confidence is _UNSET:
+        root = (row.result or {}).get("root_cause")
+    else:
+        named = row.root_class not in (None, "unknown")
+        root = {"title": row.root_title, "confidence": confidence} if named else None
     url = analysis_url(base, row.id)
     return {
         "id": row.id,
@@ -179,6 +188,14 @@ def summary(row: Analysis, *, base: str) -> dict[str, Any]:
         "duplicate_of": row.duplicate_of_id,
         "links": {"self": url, "report_html": f"{url}/report.html", "page": f"{base}/analyses/{row.id}"},
     }
+
+
+def summaries(session: Any, rows: list[Analysis], *, base: str) -> list[dict[str, Any]]:
+    """Summaries of a page of rows listed without their result documents."""
+    from app.db import repo
+
+    conf = repo.root_confidences(session, analysis_ids=[r.id for r in rows])
+    return [summary(r, base=base, confidence=conf.get(r.id)) for r in rows]
 
 
 def service_markdown(res: dict[str, Any]) -> str:

@@ -359,7 +359,7 @@ def list_analyses(
         if ctx.settings.public_url:
             next_url = base + next_url[len(str(request.base_url).rstrip("/")) :]
     body = {
-        "items": [present.summary(r, base=base) for r in rows],
+        "items": present.summaries(session, rows, base=base),
         "next_cursor": next_cursor,
         "links": {"next": next_url},
     }

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Query
 
 from app.api.deps import CtxDep, ReadDep, SessionDep
 from app.api.routes.common import parse_time, problems
-from app.db import repo
 from app.errors import ValidationFailedError
+from app.service import ops
 
 router = APIRouter(prefix="/api/v1", tags=["stats"])
 
@@ -29,16 +29,9 @@ def get_stats(
     until: Annotated[str | None, Query(description="ISO 8601 or an age")] = None,
     top: Annotated[int, Query(ge=1, le=100)] = 10,
 ) -> dict[str, Any]:
-    now = dt.datetime.now(dt.UTC)
+    now = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)).replace(second=0, microsecond=0)  # see trends
     end = parse_time(until, name="until") or now
     start = parse_time(since, name="since") or end - dt.timedelta(days=days)
     if start >= end:
         raise ValidationFailedError("since must be before until")
-    return repo.stats(
-        session,
-        since=start,
-        until=end,
-        recurrence_days=ctx.settings.recurrence_days,
-        suspect_min_jobs=ctx.settings.suspect_min_jobs,
-        top=top,
-    )
+    return ops.cached_stats(session, ctx=ctx, since=start, until=end, top=top)

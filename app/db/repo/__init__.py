@@ -47,6 +47,7 @@ from app.db.repo.listing import (
     feedback_counts,
     has_newer,
     list_analyses,
+    root_confidences,
 )
 from app.db.repo.retriage import (
     apply_retriage,
@@ -130,6 +131,7 @@ __all__ = [
     "retriage_candidates",
     "retriages_of",
     "revoke_token",
+    "root_confidences",
     "rule_activity",
     "rule_comments",
     "rule_feedback",

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.db import rollup
@@ -139,27 +139,25 @@ def stats(
 ) -> dict[str, Any]:
     window = (Analysis.created_at >= since, Analysis.created_at < until)
     done = (*window, Analysis.status == "done")
-    status_counts = dict(
-        session.execute(select(Analysis.status, func.count()).where(*window).group_by(Analysis.status)).all()
-    )
-    per_class = dict(
-        session.execute(
-            select(Analysis.root_class, func.count()).where(*done).group_by(Analysis.root_class)
-        ).all()
-    )
-    per_kind = dict(
-        session.execute(
-            select(Analysis.root_kind, func.count()).where(*done).group_by(Analysis.root_kind)
-        ).all()
-    )
     is_pg = session.get_bind().dialect.name == "postgresql"
     day = func.date(func.timezone("UTC", Analysis.created_at)) if is_pg else func.date(Analysis.created_at)
-    per_day_rows = session.execute(
-        select(day, Analysis.root_class, func.count()).where(*done).group_by(day, Analysis.root_class)
+    # one pass over the window for the status, class, kind and day counts (four scans before)
+    counted = session.execute(
+        select(Analysis.status, day, Analysis.root_class, Analysis.root_kind, func.count())
+        .where(*window)
+        .group_by(Analysis.status, day, Analysis.root_class, Analysis.root_kind)
     ).all()
+    status_counts: Counter[str] = Counter()
+    per_class: Counter[Any] = Counter()
+    per_kind: Counter[Any] = Counter()
     per_day: dict[str, dict[str, int]] = {}
     per_day_class: dict[str, dict[str, int]] = {}
-    for d, root_class, n in per_day_rows:
+    for status, d, root_class, root_kind, n in counted:
+        status_counts[str(status)] += int(n)
+        if status != "done":
+            continue
+        per_class[root_class] += int(n)
+        per_kind[root_kind] += int(n)
         key = str(d)[:10]
         slot = per_day.setdefault(key, {"total": 0, "unknown": 0})
         slot["total"] += int(n)
@@ -183,18 +181,26 @@ def stats(
         .order_by(func.count().desc(), func.max(Analysis.id).desc())
         .limit(top)
     ).all()
+    # the latest analysis of each: its denormalised columns, one query (not its result JSON)
+    latest_cols = {
+        aid: (cls, rid, title)
+        for aid, cls, rid, title in session.execute(
+            select(Analysis.id, Analysis.root_class, Analysis.root_rule_id, Analysis.root_title).where(
+                Analysis.id.in_([r[4] for r in recurring_rows])
+            )
+        )
+    }
     recurring = []
     for fp, n, first, last, latest, jobs in recurring_rows:
-        latest_row = session.get(Analysis, latest)
-        root = (latest_row.result or {}).get("root_cause") if latest_row else None
+        cls, rid, title = latest_cols.get(latest, (None, None, None))
         recurring.append(
             {
                 "fingerprint": fp,
                 "count": int(n),
                 "jobs": int(jobs),
-                "failure_class": latest_row.root_class if latest_row else None,
-                "rule_id": latest_row.root_rule_id if latest_row else None,
-                "title": root["title"] if root else None,
+                "failure_class": cls,
+                "rule_id": rid,
+                "title": title if cls not in (None, "unknown") else None,
                 "first_seen": iso_utc(first),
                 "last_seen": iso_utc(last),
                 "latest_analysis_id": latest,
@@ -238,26 +244,40 @@ def stats(
 
 def rule_activity(session: Session, *, since: Sequence[dt.datetime]) -> dict[str, dict[str, list[int]]]:
     """Per rule: in how many analyses since each given time it fired, as the root cause and in
-    any role (`{"root": [n, ...], "any": [n, ...]}`, one number per time)."""
+    any role (`{"root": [n, ...], "any": [n, ...]}`, one number per time).
+
+    One pass over the widest window for all the times (a CASE per time), not a query per time:
+    the rules pages ask for 7 and 30 days, and the join of findings to analyses is the cost."""
     out: dict[str, dict[str, list[int]]] = {}
-    for i, start in enumerate(since):
-        any_rows = session.execute(
-            select(Finding.rule_id, func.count(func.distinct(Finding.analysis_id)))
-            .join(Analysis, Analysis.id == Finding.analysis_id)
-            .where(Analysis.created_at >= start)
-            .group_by(Finding.rule_id)
+    if not since:
+        return out
+    widest = min(since)
+
+    def slot(rid: object) -> dict[str, list[int]]:
+        return out.setdefault(str(rid), {"root": [0] * len(since), "any": [0] * len(since)})
+
+    # a rule yields one finding per analysis, so a count of rows is a count of analyses
+    any_rows = session.execute(
+        select(
+            Finding.rule_id,
+            *(func.sum(case((Analysis.created_at >= start, 1), else_=0)) for start in since),
         )
-        for rid, n in any_rows:
-            slot = out.setdefault(str(rid), {"root": [0] * len(since), "any": [0] * len(since)})
-            slot["any"][i] = int(n)
-        root_rows = session.execute(
-            select(func.coalesce(Analysis.root_rule_id, ""), func.count())
-            .where(Analysis.created_at >= start, Analysis.root_rule_id.is_not(None))
-            .group_by(Analysis.root_rule_id)
+        .join(Analysis, Analysis.id == Finding.analysis_id)
+        .where(Analysis.created_at >= widest)
+        .group_by(Finding.rule_id)
+    )
+    for rid, *counts in any_rows:
+        slot(rid)["any"] = [int(n or 0) for n in counts]
+    root_rows = session.execute(
+        select(
+            Analysis.root_rule_id,
+            *(func.sum(case((Analysis.created_at >= start, 1), else_=0)) for start in since),
         )
-        for rid, n in root_rows:
-            slot = out.setdefault(str(rid), {"root": [0] * len(since), "any": [0] * len(since)})
-            slot["root"][i] = int(n)
+        .where(Analysis.created_at >= widest, Analysis.root_rule_id.is_not(None))
+        .group_by(Analysis.root_rule_id)
+    )
+    for rid, *counts in root_rows:
+        slot(rid)["root"] = [int(n or 0) for n in counts]
     return out
 
 

@@ -14,6 +14,7 @@ from app.api.deps import CtxDep
 from app.db import repo
 from app.engine.library import LoadedRule
 from app.errors import NotFoundError
+from app.service import aggregates
 from app.web.pages import WebPrincipal, render, require_page
 
 router = APIRouter(include_in_schema=False)
@@ -21,8 +22,14 @@ FIXTURE_SHOWN_BYTES = 8 << 10
 
 
 def _windows() -> list[dt.datetime]:
-    now = dt.datetime.now(dt.UTC)
+    # to the minute: the activity counts are cached per question (app.service.aggregates)
+    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
     return [now - dt.timedelta(days=7), now - dt.timedelta(days=30)]
+
+
+def _activity(s: Any) -> dict[str, dict[str, list[int]]]:
+    since = _windows()
+    return aggregates.CACHE.get(s, ("rule_activity", *since), lambda: repo.rule_activity(s, since=since))
 
 
 def precision(fb: dict[str, int]) -> float | None:
@@ -45,7 +52,7 @@ async def rules_page(
 
     def _read() -> tuple[dict[str, Any], dict[str, Any]]:
         with ctx.db.read() as s:
-            return repo.rule_activity(s, since=_windows()), repo.rule_feedback(s)
+            return _activity(s), repo.rule_feedback(s)
 
     activity, feedback = await asyncio.to_thread(_read)
     words = [w.lower() for w in q.split()]
@@ -140,7 +147,7 @@ async def rule_page(rule_id: str, request: Request, ctx: CtxDep, principal: WebP
 
     def _read() -> tuple[Any, ...]:
         with ctx.db.read() as s:
-            act = repo.rule_activity(s, since=_windows()).get(r.id, {"root": [0, 0], "any": [0, 0]})
+            act = _activity(s).get(r.id, {"root": [0, 0], "any": [0, 0]})
             fb = repo.rule_feedback(s, rule_id=r.id).get(r.id, {})
             comments = repo.rule_comments(s, rule_id=r.id)
             stored = [

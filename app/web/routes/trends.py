@@ -32,7 +32,9 @@ async def trends_page(
     require_page(principal, "read", "the trends")
     error: LogtriageError | None = None
     data = None
-    now = dt.datetime.now(dt.UTC)
+    # the end of the window is the next whole minute: the figures are cached per window
+    # (app.service.aggregates), and a window that moved by microseconds would never repeat
+    now = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)).replace(second=0, microsecond=0)
     try:
         if not 1 <= days <= 3650:
             raise ValidationFailedError("days must be between 1 and 3650")
