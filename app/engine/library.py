@@ -75,6 +75,11 @@ def _check_pattern(p: str) -> str:
         raise ValueError(f"pattern {p!r} is anchored with ^; rules match anywhere in a line")
     if compiled.match(""):
         raise ValueError(f"pattern {p!r} matches the empty string")
+    from app.engine.redos import backtracking_risk
+
+    risk = backtracking_risk(p)
+    if risk:
+        raise ValueError(f"pattern {p!r} can backtrack without end on a near-miss line: {risk}")
     return p
 
 
