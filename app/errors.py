@@ -126,6 +126,12 @@ class ServiceUnavailableError(LogtriageError):
     slug, title, http_status, exit_code = "service-unavailable", "Service unavailable", 503, 3
 
 
+class InsufficientStorageError(LogtriageError):
+    """The disk (blob store, spool or database) is full: nothing was stored; free space and retry."""
+
+    slug, title, http_status, exit_code = "insufficient-storage", "Insufficient storage", 507, 3
+
+
 class RemoteError(LogtriageError):
     """The logtriage service answered with an error (or could not be reached) from `logtriage submit`."""
 

@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +83,34 @@ def _positive(text: str) -> int:
 # --- serve -------------------------------------------------------------------------------------
 
 
+def _wait_for_database(db: Any, settings: Any, *, wait_s: float) -> None:
+    """Reach the database before anything else, or stop with one line and exit status 1: a
+    traceback says less to the operator than the URL and the cause."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from app.errors import ServiceUnavailableError
+
+    deadline = time.monotonic() + max(0.0, wait_s)
+    while True:
+        try:
+            with db.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return
+        except DBAPIError as exc:
+            cause = str(exc.orig or exc).strip().splitlines()[0][:200]
+            if time.monotonic() >= deadline:
+                db.dispose()
+                more = "" if wait_s else "; `--wait-for-db SECONDS` waits for it"
+                err = ServiceUnavailableError(
+                    f"the database {_safe_url(settings.effective_database_url)} cannot be reached "
+                    f"({cause}){more}"
+                )
+                err.exit_code = 1  # what process supervisors expect of a service that cannot start
+                raise err from None
+            time.sleep(1.0)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -101,6 +130,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     library = load_library(settings.rules_dir)  # a broken rule file stops here, with a clear error
     db = _database(settings)
+    _wait_for_database(db, settings, wait_s=args.wait_for_db)
     try:
         ensure_current(db.engine, lock_dir=settings.data_dir)
         revision = current_revision(db.engine)
@@ -440,6 +470,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("--host", help="interface to bind (default 127.0.0.1; LOGTRIAGE_HOST)")
     s.add_argument("--port", type=int, help="TCP port (default 8000; LOGTRIAGE_PORT)")
     s.add_argument("--workers", type=int, help="uvicorn worker processes (default 1; LOGTRIAGE_WORKERS)")
+    s.add_argument(
+        "--wait-for-db",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for the database to come up (default: fail at once)",
+    )
     s.set_defaults(func=cmd_serve)
 
     d = sub.add_parser("db", help="database schema: upgrade, downgrade, current, gc")

@@ -7,6 +7,7 @@ offending fields under ``errors``), unknown routes 404 ``not-found``, and anythi
 
 from __future__ import annotations
 
+import errno
 import logging
 from http import HTTPStatus
 from typing import Any
@@ -16,10 +17,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AuthError, InputError, InternalError, LogtriageError, all_errors
+from app.errors import (
+    AuthError,
+    InputError,
+    InsufficientStorageError,
+    InternalError,
+    LogtriageError,
+    ServiceUnavailableError,
+    all_errors,
+)
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("logtriage.api")
+RETRY_AFTER_S = 5  # what a client waits before asking again during an outage
 
 
 def problem_type(slug: str) -> str:
@@ -103,6 +113,10 @@ def install(app: FastAPI) -> None:
             log.error("%s: %s", type(exc).__name__, exc.detail)
         if exc.http_status == 408:  # the body never came: the connection is done with too
             return negotiated(request, exc, headers={"Connection": "close"})
+        if isinstance(exc, ServiceUnavailableError):
+            return negotiated(request, exc, headers={"Retry-After": str(RETRY_AFTER_S)})
+        if isinstance(exc, InsufficientStorageError):
+            return negotiated(request, exc, headers={"Retry-After": str(RETRY_AFTER_S * 12)})
         return negotiated(request, exc)
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
@@ -155,6 +169,24 @@ def install(app: FastAPI) -> None:
             request, status=status, slug=slug, title=title, detail=detail, headers=headers
         )
 
+    async def on_database(request: Request, exc: Exception) -> Response:
+        # an outage, not a bug: the pool reconnects (pre-ping) once the database is back
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        if "disk is full" in first or "No space left" in first:
+            return await on_storage(request, OSError(28, first))
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, first)
+        err = ServiceUnavailableError("the database cannot be reached; retry in a few seconds")
+        return negotiated(request, err, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    async def on_storage(request: Request, exc: Exception) -> Response:
+        if not (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+            return await on_unexpected(request, exc)
+        log.error("disk full on %s %s: %s", request.method, request.url.path, exc)
+        err = InsufficientStorageError(
+            "the server's disk is full: nothing was stored; retry once space is freed"
+        )
+        return negotiated(request, err, headers={"Retry-After": str(RETRY_AFTER_S * 12)})
+
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         err = InternalError(f"unexpected {type(exc).__name__}; the server log has the details")
@@ -164,6 +196,11 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    app.add_exception_handler(OperationalError, on_database)
+    app.add_exception_handler(InterfaceError, on_database)
+    app.add_exception_handler(OSError, on_storage)
 
     from app.api.inputcheck import InputCheck  # control characters and header sizes, every route
 

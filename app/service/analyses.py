@@ -7,6 +7,7 @@ pages, the REST API and the Slack bot all start analyses through `AnalysisServic
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from collections import deque
 from collections.abc import Collection
@@ -23,6 +24,7 @@ from app.db.models import Analysis, AnalysisFile
 from app.db.repo import FileRecord, JobMeta, StoredBlob
 from app.db.session import Database
 from app.errors import (
+    InsufficientStorageError,
     InternalError,
     LogtriageError,
     ServiceUnavailableError,
@@ -59,6 +61,10 @@ def commit_blobs(store: BlobStore, outcome: ScanOutcome) -> list[str]:
 def unexpected(exc: BaseException) -> LogtriageError:
     if isinstance(exc, LogtriageError):
         return exc
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return InsufficientStorageError(
+            "the server's disk is full: nothing was stored; retry when space is freed"
+        )
     return InternalError(f"unexpected {type(exc).__name__}; the server log has the details")
 
 
