@@ -111,6 +111,52 @@ def _wait_for_database(db: Any, settings: Any, *, wait_s: float) -> None:
             time.sleep(1.0)
 
 
+def _sweep(settings: Any, db: Any, *, dry_run: bool = False) -> Any:
+    from app.blobstore import open_blob_store
+    from app.service.housekeeping import sweep_orphans
+
+    return sweep_orphans(db=db, store=open_blob_store(settings), data_dir=settings.data_dir, dry_run=dry_run)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Find (and, unless --dry-run, remove) what a crash left: orphan blob files, staging files
+    of dead servers, analyses a dead server was running; report rows whose blob file is gone."""
+    from app.db import repo
+    from app.db.migrate import ensure_current
+    from app.service.spool import clean_stale_tmp, pid_alive
+
+    settings = _settings()
+    db = _database(settings)
+    try:
+        ensure_current(db.engine, lock_dir=settings.data_dir)
+        host = os.uname().nodename
+        interrupted = 0
+        stale = 0
+        if not args.dry_run:
+            with db.write() as s:
+                runners = {
+                    int(r.rsplit(":", 1)[1])
+                    for r in s.scalars(_pending_runners(host))
+                    if r and r.rsplit(":", 1)[-1].isdigit()
+                }
+                interrupted = repo.mark_interrupted(s, host=host, alive=[p for p in runners if pid_alive(p)])
+            stale = clean_stale_tmp(settings.data_dir)
+        swept = _sweep(settings, db, dry_run=args.dry_run)
+    finally:
+        db.dispose()
+    verb = "would remove" if args.dry_run else "removed"
+    print(f"orphan blob files: {len(swept.orphans)} ({verb})")
+    if not swept.immediate:
+        print("  (S3 store: only files older than an hour are considered; other hosts may be writing)")
+    if not args.dry_run:
+        print(f"staging files of stopped servers: {stale} (removed)")
+        print(f"analyses interrupted by a stopped server: {interrupted} (marked failed)")
+    print(f"rows whose blob file is missing: {len(swept.missing)}")
+    for sha in swept.missing[:20]:
+        print(f"  {sha}")
+    return 1 if swept.missing else 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -144,9 +190,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             interrupted = repo.mark_interrupted(s, host=host, alive=[p for p in runners if pid_alive(p)])
         with db.read() as s:
             tokens = repo.any_active_token(s)
+        clean_stale_tmp(settings.data_dir)  # a dead server's staging files and blob claims first
+        swept = _sweep(settings, db)
     finally:
         db.dispose()
-    clean_stale_tmp(settings.data_dir)
     print(
         f"logtriage: data in {settings.data_dir.resolve()} · database "
         f"{_safe_url(settings.effective_database_url)} (schema {revision}) · rule library "
@@ -158,6 +205,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"logtriage: {interrupted} analyses were interrupted by the last shutdown (marked failed)",
             file=sys.stderr,
         )
+    if swept.orphans:
+        print(f"logtriage: removed {len(swept.orphans)} blob files left by a crash", file=sys.stderr)
     if not tokens and not settings.require_tokens and not is_loopback(settings.host):
         print(
             f"logtriage: note: bound to {settings.host}, but without a token only loopback clients get in",
@@ -248,7 +297,6 @@ def cmd_db_current(_args: argparse.Namespace) -> int:
 
 def cmd_db_gc(args: argparse.Namespace) -> int:
     """Delete blobs nothing refers to (rows and files), and stale staging files."""
-    import time
 
     from app.blobstore import open_blob_store
     from app.db import repo
@@ -260,15 +308,14 @@ def cmd_db_gc(args: argparse.Namespace) -> int:
     try:
         with db.read() as s:
             unreferenced = repo.unreferenced_blobs(s)
-            known = repo.known_blobs(s)
-        cutoff = time.time() - 3600  # files younger than an hour may belong to a running analysis
-        orphans = [sha for sha in store.iter_blobs(older_than=cutoff) if sha not in known]
         if not args.dry_run:
             with db.write() as s:
                 repo.delete_blob_rows(s, shas=unreferenced)
-            for sha in [*unreferenced, *orphans]:
+            for sha in unreferenced:
                 store.delete(sha)
             clean_stale_tmp(settings.data_dir)
+        # files no row knows: at once unless a live server claims them (app.service.housekeeping)
+        orphans = _sweep(settings, db, dry_run=args.dry_run).orphans
     finally:
         db.dispose()
     verb = "would delete" if args.dry_run else "deleted"
@@ -478,6 +525,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="wait this long for the database to come up (default: fail at once)",
     )
     s.set_defaults(func=cmd_serve)
+
+    doc = sub.add_parser(
+        "doctor",
+        help="find and remove what a crash left (orphan blobs, stale staging files, interrupted analyses)",
+    )
+    doc.add_argument("--dry-run", action="store_true", help="report only")
+    doc.set_defaults(func=cmd_doctor)
 
     d = sub.add_parser("db", help="database schema: upgrade, downgrade, current, gc")
     dsub = d.add_subparsers(dest="db_command", metavar="ACTION")

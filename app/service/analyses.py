@@ -31,7 +31,7 @@ from app.errors import (
 )
 from app.service.jobs import JobError, RetriageJob, ScanJob, ScanOutcome, StoredFile, StoredInput
 from app.service.pool import ScanPool
-from app.service.spool import remove_tree, runner_id
+from app.service.spool import claim, release, remove_tree, runner_id
 from app.service.worker import retriage_stored
 from app.settings import Settings
 
@@ -56,6 +56,10 @@ def commit_blobs(store: BlobStore, outcome: ScanOutcome) -> list[str]:
             store.delete(sha)
         raise
     return new
+
+
+def _blob_shas(outcome: ScanOutcome) -> list[str]:
+    return [f.blob.sha256 for f in outcome.files] + ([outcome.config.blob.sha256] if outcome.config else [])
 
 
 def unexpected(exc: BaseException) -> LogtriageError:
@@ -338,6 +342,19 @@ class AnalysisService:
         ready: list[int] = []
         # side by side: each commit waits for the disk (fsyncs), and the filesystem's journal
         # takes concurrent ones in one go
+        claims = claim(self.settings.data_dir, [b for _, o, _ in batch for b in _blob_shas(o)])
+        try:
+            return self._persist_claimed(batch, results, new, ready)
+        finally:
+            release(claims)  # the rows are committed (or the blobs deleted): nothing left to guard
+
+    def _persist_claimed(
+        self,
+        batch: list[tuple[str, ScanOutcome, repo.Draft | None]],
+        results: list[Completed | Exception | None],
+        new: list[list[str]],
+        ready: list[int],
+    ) -> list[Completed | Exception]:
         commits = [self._committer.submit(commit_blobs, self.store, outcome) for _, outcome, _ in batch]
         for i, fut in enumerate(commits):
             try:

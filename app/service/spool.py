@@ -51,3 +51,50 @@ def pid_alive(pid: int) -> bool:
 def remove_tree(path: Path) -> None:
     with contextlib.suppress(OSError):
         shutil.rmtree(path, ignore_errors=True)
+
+
+# --- blob claims: what a live server is about to reference --------------------------------------
+#
+# A blob file is put in place before the transaction that inserts its row, so a server killed in
+# between leaves a file nothing refers to. Each server writes a claim (an empty file named after
+# the blob) before it puts a blob in place and removes it once the row is committed or the blob
+# deleted. A blob file that no row knows and no *live* server claims is an orphan: it can go at
+# once, not after an hour's grace. Claims live under `claims/<pid>/`; a dead server's directory
+# is removed by the next sweep (`live_claims`).
+
+
+def claim_dir(data_dir: Path) -> Path:
+    return data_dir / "claims" / str(os.getpid())
+
+
+def claim(data_dir: Path, shas: list[str]) -> list[Path]:
+    d = claim_dir(data_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    tag = os.urandom(4).hex()  # two batches of one server may claim the same blob
+    paths = [d / f"{sha}.{tag}" for sha in shas]
+    for p in paths:
+        p.touch()
+    return paths
+
+
+def release(paths: list[Path]) -> None:
+    for p in paths:
+        p.unlink(missing_ok=True)
+
+
+def live_claims(data_dir: Path) -> set[str]:
+    """Blobs claimed by servers that are still running."""
+    out: set[str] = set()
+    root = data_dir / "claims"
+    if not root.is_dir():
+        return out
+    for d in root.iterdir():
+        pid = d.name
+        if not pid.isdigit() or not (int(pid) == os.getpid() or pid_alive(int(pid))):
+            shutil.rmtree(d, ignore_errors=True)  # a dead server's: its blobs are rows or orphans
+            continue
+        try:
+            out.update(name.split(".", 1)[0] for name in os.listdir(d))
+        except FileNotFoundError:
+            continue
+    return out

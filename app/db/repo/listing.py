@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Select, exists, func, or_, select
+from sqlalchemy import Select, String, cast, exists, func, or_, select
+from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session, defer
 
 from app.db.models import (
@@ -160,9 +161,26 @@ def root_confidences(session: Session, *, analysis_ids: Sequence[str]) -> dict[s
     """The root cause's confidence of each analysis, read inside the database from its result."""
     if not analysis_ids:
         return {}
-    conf = Analysis.result[("root_cause", "confidence")].as_float()
-    rows = session.execute(select(Analysis.id, conf).where(Analysis.id.in_(list(analysis_ids))))
-    return {str(aid): (float(c) if c is not None else None) for aid, c in rows}
+    ids = list(analysis_ids)
+    conf = cast(Analysis.result[("root_cause", "confidence")], String)
+    try:
+        with session.begin_nested():  # a failed statement must not abort the page's transaction
+            rows = session.execute(select(Analysis.id, conf).where(Analysis.id.in_(ids))).all()
+        return {str(aid): _number(c) for aid, c in rows}
+    except DataError:
+        # PostgreSQL refuses any path into a JSON document that holds `\u0000` (a NUL from the
+        # log): read those results whole, as before, in Python
+        results = session.execute(select(Analysis.id, Analysis.result).where(Analysis.id.in_(ids)))
+        return {
+            str(aid): _number(((res or {}).get("root_cause") or {}).get("confidence")) for aid, res in results
+        }
+
+
+def _number(value: object) -> float | None:
+    try:
+        return float(str(value)) if value is not None else None
+    except ValueError:  # JSON null: no root cause
+        return None
 
 
 def count_analyses(session: Session, *, filters: AnalysisFilter, cap: int = 10_000) -> int:

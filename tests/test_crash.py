@@ -1,0 +1,162 @@
+"""Crash consistency: `kill -9` of the whole server at random points of an upload mix loses no
+acknowledged analysis, and the next start (or `logtriage doctor`) leaves no orphan behind."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import zstandard
+from sqlalchemy import create_engine, text
+
+from tests.conftest import ROOT
+from tests.servicekit import OOM, blob_files, cli_env, free_port, make_settings, run_cli, training_log
+
+API = "/api/v1/analyses"
+ROUNDS = 4
+
+
+def _start(settings: Any) -> tuple[subprocess.Popen[str], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+        env=cli_env(settings),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,  # the server and its scan workers: one process group to kill
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return proc, url
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.1)
+
+
+def _upload(c: httpx.Client, rng: random.Random, n: int) -> httpx.Response:
+    log = training_log(OOM.format(gib=f"{rng.randint(1, 60)}.{n:02d}"), job=f"crash-{n}")
+    kind = n % 3
+    if kind == 0:
+        return c.post(API, content=log.encode(), headers={"Content-Type": "text/plain"})
+    if kind == 1:
+        return c.post(API, content=gzip.compress(log.encode()), headers={"Content-Type": "application/gzip"})
+    return c.post(
+        API,
+        files=[
+            ("log", ("r0.log", log.encode(), "text/plain")),
+            ("log", ("r1.log", (log + "x\n").encode(), "text/plain")),
+        ],
+    )
+
+
+def test_kill_9_at_random_points_loses_nothing_acknowledged_and_leaves_no_orphan(
+    db_url: str, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path / "data", db_url)
+    rng = random.Random(20261123)
+    acked: list[str] = []
+    n = 0
+    for _ in range(ROUNDS):
+        proc, url = _start(settings)
+        if proc.stderr is not None:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # never block the server
+        target = len(acked) + rng.randint(2, 6)
+        stop = threading.Event()
+
+        def client(base: str = url, stopped: threading.Event = stop) -> None:
+            nonlocal n
+            with httpx.Client(base_url=base, timeout=30) as c:
+                while not stopped.is_set():
+                    n += 1
+                    try:
+                        r = _upload(c, rng, n)
+                    except httpx.TransportError:
+                        return  # the server is gone
+                    if r.status_code == 201:
+                        acked.append(r.json()["id"])
+
+        threads = [threading.Thread(target=client) for _ in range(3)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        while len(acked) < target:  # kill in the middle of the traffic, not before it starts
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(rng.random() * 0.05)  # and at a random point of what is in flight
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        stop.set()
+        for t in threads:
+            t.join(60)
+    proc, url = _start(settings)  # the start after the last crash sweeps
+    try:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            for aid in acked:
+                r = c.get(f"{API}/{aid}")
+                assert r.status_code == 200 and r.json()["status"] == "done", (aid, r.text[:200])
+                assert r.json()["root_cause"]["failure_class"] == "cuda.out_of_memory"
+                assert c.get(f"{API}/{aid}/log", params={"file": 0}).status_code == 200
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=60)
+    # every blob file has its row, and every row its file
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            rows = {r[0] for r in conn.execute(text("SELECT sha256 FROM blobs"))}
+    finally:
+        engine.dispose()
+    files = {p.name.removesuffix(".zst") for p in blob_files(settings.data_dir)}
+    assert files == rows
+    for p in blob_files(settings.data_dir):  # and each file is a whole zstd stream
+        with p.open("rb") as fh:
+            zstandard.ZstdDecompressor().stream_reader(fh).read()
+    doctor = run_cli("doctor", "--dry-run", env=cli_env(settings))
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "orphan blob files: 0" in doctor.stdout and "missing: 0" in doctor.stdout
+    print(f"\n{ROUNDS} kill -9 rounds: {len(acked)} uploads acknowledged, all stored and readable")
+
+
+def test_doctor_removes_an_unclaimed_orphan_at_once_and_keeps_a_claimed_one(tmp_path: Path) -> None:
+    from app.blobstore.base import blob_key
+    from app.service.spool import claim_dir
+
+    # a store of its own (the blob files are the subject; either database keeps the same rows)
+    settings = make_settings(tmp_path / "data", f"sqlite:///{tmp_path / 'doctor.db'}")
+    proc, _url = _start(settings)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.communicate(timeout=60)
+    store = settings.data_dir / "blobs"
+    orphan, claimed = "a" * 64, "b" * 64
+    for sha in (orphan, claimed):
+        path = store / blob_key(sha)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(zstandard.ZstdCompressor().compress(b"left by a crash\n"))
+    # a live server (this test process) is about to reference `claimed`
+    claims = claim_dir(settings.data_dir)
+    claims.mkdir(parents=True, exist_ok=True)
+    (claims / f"{claimed}.t1").touch()
+    try:
+        out = run_cli("doctor", env=cli_env(settings))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "orphan blob files: 1 (removed)" in out.stdout
+        assert not (store / blob_key(orphan)).exists() and (store / blob_key(claimed)).exists()
+    finally:
+        (claims / f"{claimed}.t1").unlink()
+    out = run_cli("doctor", env=cli_env(settings))  # the claim is released: now it goes too
+    assert "orphan blob files: 1 (removed)" in out.stdout and not (store / blob_key(claimed)).exists()
