@@ -67,6 +67,21 @@ def make_log(size: int, *, compress: bool) -> Path:
     return gz
 
 
+def make_single_line(size: int) -> Path:
+    """A log that is one line of `size` bytes (a tokenizer dump, a JSON blob on one line), then
+    the failure: the case where a line-oriented scan cannot hold a line whole."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"api-bench-line-{size}.log"
+    if not path.exists() or path.stat().st_size < size:
+        word = b"tokens " + b"abcdefghij" * 100 + b" "
+        with path.open("wb") as fh:
+            fh.write(b"step 1 | loss=0.52\n")
+            for _ in range(size // len(word)):
+                fh.write(word)
+            fh.write(b"\n(WorkerDict pid=7) RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -135,9 +150,15 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=0, help="runs per size (default: 5 for <= 10 MB, else 2)")
     ap.add_argument("--gzip", action="store_true", help="send gzip bodies (Content-Encoding: gzip)")
     ap.add_argument("--analysis-workers", type=int, default=2)
+    ap.add_argument(
+        "--single-line", action="store_true", help="each log is one line of the given size (then the failure)"
+    )
     args = ap.parse_args()
 
-    logs = {s: make_log(parse_size(s), compress=args.gzip) for s in args.sizes}
+    if args.single_line:
+        logs = {s: make_single_line(parse_size(s)) for s in args.sizes}
+    else:
+        logs = {s: make_log(parse_size(s), compress=args.gzip) for s in args.sizes}
     port = free_port()
     data = Path(tempfile.mkdtemp(prefix="logtriage-bench-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOGTRIAGE_")}

@@ -70,9 +70,11 @@ def test_no_false_redaction_on_any_corpus_log() -> None:
 @pytest.mark.parametrize("offset", range(-40, 41, 8))
 def test_a_secret_across_the_forced_cut_of_a_huge_line_is_still_redacted(offset: int) -> None:
     secret = "hf_" + "Qz9" * 12
-    head = 4 * (1 << 20) + offset - 10  # the stream cuts a line it cannot end at 4 MiB
+    from app.engine.redact import LONG_LINE_CUT
+
+    head = LONG_LINE_CUT + offset - 10  # the stream cuts a line it cannot end within a window
     line = ("w " * (head // 2))[:head] + secret + " and more" + " z" * 500 + "\n"
-    out = b"".join(redact_stream(io.BytesIO(line.encode()), chunk_size=1 << 20))
+    out = b"".join(redact_stream(io.BytesIO(line.encode()), chunk_size=LONG_LINE_CUT))
     assert b"hf_" not in out and out.count(b"[REDACTED:huggingface-token]") == 1
     assert out.count(b"\n") == 1 and out.startswith(b"w w ")
 

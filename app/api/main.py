@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from app import __version__
-from app.api import accesslog, errors
+from app.api import accesslog, errors, memory
 from app.api.authcache import AuthCache
 from app.api.context import AppContext
 from app.api.routes import analyses, health, rules, stats
@@ -130,9 +130,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             freeze_startup_heap()  # everything long-lived is built by now
 
         warm = asyncio.create_task(_warm())
+        trim = asyncio.create_task(app.state.trimmer.run())
         try:
             yield
         finally:
+            trim.cancel()
             await service.drain(DRAIN_SECONDS)
             warm.cancel()
             await asyncio.to_thread(pool.shutdown)
@@ -151,6 +153,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings or get_settings()
+    app.state.trimmer = memory.Trimmer()
     accesslog.install()
     errors.install(app)
     app.add_middleware(SecurityHeaders)

@@ -174,6 +174,7 @@ def _matcher() -> Matcher:
     return build_matcher([PatternSpec(p.replace(r"\b", r"(?:\b|m)")) for _, p in RULES])
 
 
+LONG_LINE_CUT = 1 << 20  # the most of one line held at once
 KEY_MAX_LINES = 200  # a PEM key body is ~50 lines; never withhold more after a BEGIN line
 
 
@@ -195,7 +196,9 @@ def redact_stream(
         block = carry + block
         cut = block.rfind(b"\n") + 1
         if cut == 0:
-            if len(block) < 4 * chunk_size:
+            # a line longer than a chunk is redacted in pieces cut after a delimiter: holding
+            # more of it bought nothing and cost the scan worker its memory on one-line logs
+            if len(block) < max(chunk_size, LONG_LINE_CUT):
                 carry = block
                 continue
             cut = _forced_cut(block)

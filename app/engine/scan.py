@@ -493,7 +493,7 @@ class _RangeReader:
 CONTEXT_BYTES = 32 << 20  # head and tail of a plain file searched for facts and frameworks
 # Streams of unknown size keep a copy of their last bytes for that search: held in memory, so
 # smaller (final tracebacks, not argument dumps, are what sits at the end).
-STREAM_TAIL_BYTES = 8 << 20
+STREAM_TAIL_BYTES = 4 << 20
 
 
 def context_zone(size: int) -> tuple[int, int]:

@@ -101,7 +101,7 @@ class _BlobFeed:
             raise self._error
         self.written += len(chunk)
         if self._queue is None and self.written > THREAD_AFTER:
-            self._queue = queue.Queue(maxsize=4)
+            self._queue = queue.Queue(maxsize=2)  # MiB-sized chunks: what a one-line log holds in memory
             self._thread = threading.Thread(target=self._run, name="blob-writer", daemon=True)
             self._thread.start()
         if self._queue is None:
