@@ -1,0 +1,177 @@
+"""A stored analysis as a Slack message (Block Kit): what the bot posts in a thread and what a
+failed job's hook notification posts to a channel.
+
+Root cause, who acts, confidence, the top patch as a code block, recurrence ("seen 4 times this
+week, last on host X"), the suspect-host warning, a link to the full report and the feedback
+buttons. Only the analysis resource is read, which is redacted before it is stored. Text from
+the log is inserted as literal text: Slack's mrkdwn control characters (`&`, `<`, `>`) are
+escaped, so a log line cannot mention `@channel`, link somewhere or break the layout, and
+backticks cannot close a code block early. Slack's limits are kept with a visible cut and a
+link to the rest: 50 blocks a message, 3,000 characters a section, 150 a header, 40,000 in the
+fallback text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_BLOCKS = 50
+MAX_SECTION = 3000
+MAX_HEADER = 150
+MAX_TEXT = 40_000
+KIND_WHO = {
+    "hardware": "hardware: drain the node",
+    "infra": "infrastructure / platform",
+    "config": "job config: change a setting",
+    "code": "code: a bug in the job or a framework",
+    "numerics": "numerics: the training diverged",
+}
+FEEDBACK_ACTIONS = ("feedback_correct", "feedback_wrong")
+
+
+def escape(text: str) -> str:
+    """Literal text in mrkdwn (Slack's own escaping: only these three are special)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def clip(text: str, limit: int, more: str = "…") -> str:
+    return text if len(text) <= limit else text[: max(0, limit - len(more))] + more
+
+
+def _code(text: str, limit: int, url: str) -> str:
+    # ``` inside the patch would end the block: a zero-width joiner keeps it visible and inert
+    body = escape(text).replace("```", "`\u200d``")
+    tail = f"\n… (cut: the whole patch is in <{url}|the report>)"
+    fence = 8  # the ``` fences and newlines
+    if len(body) + fence > limit:
+        body = body[: max(0, limit - fence - len(tail))] + tail
+    return f"```\n{body}\n```"
+
+
+def _section(text: str, url: str) -> dict[str, Any]:
+    if len(text) > MAX_SECTION:
+        tail = f" … <{url}|more in the report>"
+        text = text[: MAX_SECTION - len(tail)] + tail
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+
+
+def diagnosis(resource: dict[str, Any], *, report_url: str, feedback: bool = True) -> dict[str, Any]:
+    """`{"text": fallback, "blocks": [...]}` for `chat.postMessage` / `chat.update`."""
+    root = resource.get("root_cause")
+    aid = str(resource.get("id", ""))
+    blocks: list[dict[str, Any]] = []
+    if root:
+        title = str(root.get("title", "root cause"))
+        blocks.append(
+            {
+                "type": "header",
+                "text": {"type": "plain_text", "text": clip(title, MAX_HEADER), "emoji": False},
+            }
+        )
+        kind = str(root.get("kind", ""))
+        facts = [
+            f"*{escape(str(root.get('failure_class', '')))}*",
+            f"who acts: {escape(KIND_WHO.get(kind, kind))}",
+            f"confidence {float(root.get('confidence', 0)):.2f}",
+        ]
+        fw = resource.get("framework") or {}
+        if fw.get("name"):
+            version = f" {escape(str(fw['version']))}" if fw.get("version") else ""
+            facts.append(f"framework {escape(str(fw['name']))}{version}")
+        if root.get("ranks"):
+            facts.append("ranks " + escape(", ".join(str(r) for r in root["ranks"][:16])))
+        if root.get("hosts"):
+            facts.append("hosts " + escape(", ".join(str(h) for h in root["hosts"][:8])))
+        blocks.append(_section(" · ".join(facts), report_url))
+        ev = (root.get("evidence") or [])[:1]
+        if ev:
+            line = ev[0]
+            where = escape(f"{line.get('file', '')}:{line.get('line', '')}")
+            blocks.append(
+                _section(f"{where}\n{_code(str(line.get('text', '')), 800, report_url)}", report_url)
+            )
+        explanation = str(root.get("explanation", "")).strip()
+        if explanation:
+            blocks.append(_section(escape(clip(explanation, 900)), report_url))
+        patches = root.get("patches") or []
+        if patches:
+            top = patches[0]
+            why = escape(str(top.get("why", "")))
+            more = f" (+{len(patches) - 1} more in the report)" if len(patches) > 1 else ""
+            blocks.append(
+                _section(
+                    f"*The fix*{more}: {why}\n{_code(str(top.get('rendered', '')), 2400, report_url)}",
+                    report_url,
+                )
+            )
+    else:
+        blocks.append(
+            {
+                "type": "header",
+                "text": {"type": "plain_text", "text": "No known failure matched", "emoji": False},
+            }
+        )
+        steps = resource.get("next_steps") or []
+        possible = resource.get("possible_causes") or []
+        lines = [
+            f"• possibly *{escape(str(p.get('failure_class', '')))}*: {escape(str(p.get('title', '')))}"
+            for p in possible[:3]
+        ]
+        lines += [f"• {escape(clip(str(s), 300))}" for s in steps[:4]]
+        blocks.append(
+            _section(
+                "Nothing is guessed. " + ("Collect this next:\n" + "\n".join(lines) if lines else ""),
+                report_url,
+            )
+        )
+    rec = resource.get("recurrence") or {}
+    context: list[str] = []
+    if rec.get("total", 0) > 1 and rec.get("summary"):
+        context.append(escape(str(rec["summary"])))
+    suspects = resource.get("suspect_hosts") or []
+    if suspects:
+        names = ", ".join(escape(str(s.get("host", ""))) for s in suspects[:5])
+        plural = "s" if len(suspects) > 1 else ""
+        context.append(f":warning: suspect node{plural}: {names} (hardware faults in several jobs)")
+    meta = resource.get("metadata") or {}
+    if meta.get("job_id"):
+        context.append(f"job {escape(str(meta['job_id']))}")
+    if context:
+        blocks.append(
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": clip(" · ".join(context), MAX_SECTION)}],
+            }
+        )
+    actions: list[dict[str, Any]] = [
+        {
+            "type": "button",
+            "text": {"type": "plain_text", "text": "Full report"},
+            "url": report_url,
+            "action_id": "open_report",
+        }
+    ]
+    if feedback:
+        actions += [
+            {
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Correct"},
+                "style": "primary",
+                "action_id": FEEDBACK_ACTIONS[0],
+                "value": aid,
+            },
+            {
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Wrong"},
+                "style": "danger",
+                "action_id": FEEDBACK_ACTIONS[1],
+                "value": aid,
+            },
+        ]
+    blocks.append({"type": "actions", "block_id": f"analysis:{aid}", "elements": actions})
+    blocks = blocks[: MAX_BLOCKS - 1] + blocks[-1:] if len(blocks) > MAX_BLOCKS else blocks
+    if root:
+        fallback = f"Root cause: {root.get('title', '')} [{root.get('failure_class', '')}] — {report_url}"
+    else:
+        fallback = f"No known failure matched — {report_url}"
+    return {"text": clip(escape(fallback), MAX_TEXT), "blocks": blocks}
