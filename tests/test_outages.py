@@ -289,3 +289,24 @@ def test_serve_waits_for_the_database_when_asked(pg_schemas: Any, tmp_path: Path
         if proc.poll() is None:
             proc.kill()
         relay.close()
+
+
+def test_readyz_is_not_ready_while_the_disk_is_full(
+    server: LiveServer, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from app.api.routes import health
+
+    assert client.get("/readyz").status_code == 200
+    real = shutil.disk_usage
+
+    def nearly_full(path: Any) -> Any:
+        usage = real(path)
+        return type(usage)(usage.total, usage.total - 1024, 1024)
+
+    monkeypatch.setattr(health.shutil, "disk_usage", nearly_full)
+    r = client.get("/readyz")
+    assert r.status_code == 503 and "disk is full" in r.json()["detail"]
+    monkeypatch.setattr(health.shutil, "disk_usage", real)
+    assert client.get("/readyz").status_code == 200

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -15,6 +16,7 @@ from app.db.migrate import current_revision, head_revision
 from app.errors import LogtriageError
 
 router = APIRouter(tags=["health"])
+MIN_FREE_BYTES = 64 << 20  # less than this free on the data directory's disk: not ready
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness")
@@ -39,6 +41,14 @@ def readyz(request: Request, ctx: CtxDep) -> JSONResponse:
     except Exception as exc:
         checks["database"] = f"error: {type(exc).__name__}"
         problems.append("database unreachable")
+    try:
+        free = shutil.disk_usage(ctx.settings.data_dir).free
+        checks["disk_free_mib"] = free >> 20
+        if free < MIN_FREE_BYTES:
+            # uploads would fail with 507: take this server out of the balancer until space is freed
+            problems.append(f"the data directory's disk is full ({free >> 20} MiB free)")
+    except OSError as exc:
+        checks["disk_free_mib"] = f"error: {exc.strerror}"
     try:
         ctx.store.check_writable()
         checks["blob_store"] = "ok"
