@@ -111,6 +111,20 @@ def _wait_for_database(db: Any, settings: Any, *, wait_s: float) -> None:
             time.sleep(1.0)
 
 
+def _mark_interrupted(db: Any, host: str) -> int:
+    """Analyses this host's dead servers left pending: marked failed (they will not finish)."""
+    from app.db import repo
+    from app.service.spool import pid_alive
+
+    with db.write() as s:
+        runners = {
+            int(r.rsplit(":", 1)[1])
+            for r in s.scalars(_pending_runners(host))
+            if r and r.rsplit(":", 1)[-1].isdigit()
+        }
+        return int(repo.mark_interrupted(s, host=host, alive=[p for p in runners if pid_alive(p)]))
+
+
 def _sweep(settings: Any, db: Any, *, dry_run: bool = False) -> Any:
     from app.blobstore import open_blob_store
     from app.service.housekeeping import sweep_orphans
@@ -121,9 +135,8 @@ def _sweep(settings: Any, db: Any, *, dry_run: bool = False) -> Any:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Find (and, unless --dry-run, remove) what a crash left: orphan blob files, staging files
     of dead servers, analyses a dead server was running; report rows whose blob file is gone."""
-    from app.db import repo
     from app.db.migrate import ensure_current
-    from app.service.spool import clean_stale_tmp, pid_alive
+    from app.service.spool import clean_stale_tmp
 
     settings = _settings()
     db = _database(settings)
@@ -133,13 +146,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         interrupted = 0
         stale = 0
         if not args.dry_run:
-            with db.write() as s:
-                runners = {
-                    int(r.rsplit(":", 1)[1])
-                    for r in s.scalars(_pending_runners(host))
-                    if r and r.rsplit(":", 1)[-1].isdigit()
-                }
-                interrupted = repo.mark_interrupted(s, host=host, alive=[p for p in runners if pid_alive(p)])
+            interrupted = _mark_interrupted(db, host)
             stale = clean_stale_tmp(settings.data_dir)
         swept = _sweep(settings, db, dry_run=args.dry_run)
     finally:
@@ -163,7 +170,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.api.deps import is_loopback
     from app.db import repo
     from app.db.migrate import current_revision, ensure_current
-    from app.service.spool import clean_stale_tmp, pid_alive
+    from app.service.spool import clean_stale_tmp
     from app.settings import Settings
 
     # flags become environment so every uvicorn worker process sees the same settings
@@ -181,13 +188,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ensure_current(db.engine, lock_dir=settings.data_dir)
         revision = current_revision(db.engine)
         host = os.uname().nodename  # what socket.gethostname() returns, without importing socket
-        with db.write() as s:
-            runners = {
-                int(r.rsplit(":", 1)[1])
-                for r in s.scalars(_pending_runners(host))
-                if r and r.rsplit(":", 1)[-1].isdigit()
-            }
-            interrupted = repo.mark_interrupted(s, host=host, alive=[p for p in runners if pid_alive(p)])
+        interrupted = _mark_interrupted(db, host)
         with db.read() as s:
             tokens = repo.any_active_token(s)
         clean_stale_tmp(settings.data_dir)  # a dead server's staging files and blob claims first

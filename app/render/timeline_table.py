@@ -31,7 +31,7 @@ def _clock(iso: str | None) -> str:
     return iso[11:19] if iso and len(iso) >= 19 else "-"
 
 
-def _seconds(iso: str | None) -> float | None:
+def iso_seconds(iso: str | None) -> float | None:
     if not iso:
         return None
     try:
@@ -61,7 +61,7 @@ def rows(timeline: dict[str, Any], *, limit: int = MAX_ROWS) -> tuple[list[Row],
     chosen = [r for r in ranks if r["rank"] in named]
     chosen += [r for r in ranks if r["rank"] not in named][: max(0, limit - len(chosen))]
     chosen.sort(key=lambda r: r["rank"])
-    ends = {r["rank"]: t for r in ranks if (t := _seconds(r.get("last_time"))) is not None}
+    ends = {r["rank"]: t for r in ranks if (t := iso_seconds(r.get("last_time"))) is not None}
     latest = max(ends.values()) if ends else None
     out = []
     for r in chosen:

@@ -13,7 +13,7 @@ from typing import Any
 
 import markupsafe
 
-from app.render.timeline_table import Row, clock_notes, rows
+from app.render.timeline_table import Row, clock_notes, iso_seconds, rows
 from app.web.charts import _e, metric_chart
 from app.web.report_view import file_index, viewer_href
 
@@ -56,15 +56,6 @@ class TimelineView:
         return any(r.hosts != "-" for r in self.table)
 
 
-def _seconds(iso: str | None) -> float | None:
-    if not iso:
-        return None
-    try:
-        return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def _clock(t: float) -> str:
     return dt.datetime.fromtimestamp(t, tz=dt.UTC).strftime("%H:%M:%S")
 
@@ -72,14 +63,14 @@ def _clock(t: float) -> str:
 def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.Markup:
     """One lane per rank on the time axis; empty when the ranks' lines carry no times."""
     named = set((timeline.get("verdict") or {}).get("ranks") or [])
-    ranks = [r for r in timeline.get("ranks") or [] if _seconds(r.get("last_time")) is not None]
+    ranks = [r for r in timeline.get("ranks") or [] if iso_seconds(r.get("last_time")) is not None]
     if len(ranks) < 2:
         return markupsafe.Markup("")
     shown = [r for r in ranks if r["rank"] in named]
     shown += [r for r in ranks if r["rank"] not in named][: max(0, MAX_LANES - len(shown))]
     shown.sort(key=lambda r: r["rank"])
-    starts = [t for r in shown if (t := _seconds(r.get("first_time"))) is not None]
-    ends = [t for r in shown if (t := _seconds(r.get("last_time"))) is not None]
+    starts = [t for r in shown if (t := iso_seconds(r.get("first_time"))) is not None]
+    ends = [t for r in shown if (t := iso_seconds(r.get("last_time"))) is not None]
     t0, t1 = min(starts or ends), max(ends)
     span = (t1 - t0) or 1.0
     height = TOP + len(shown) * (LANE_H + LANE_GAP) + BOTTOM
@@ -103,8 +94,8 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
     ]
     for i, r in enumerate(shown):
         y = TOP + i * (LANE_H + LANE_GAP)
-        first = _seconds(r.get("first_time")) or t0
-        last = _seconds(r.get("last_time")) or first
+        first = iso_seconds(r.get("first_time")) or t0
+        last = iso_seconds(r.get("last_time")) or first
         cls = "lane named" if r["rank"] in named else "lane"
         parts.append(
             f'<text x="{LEFT - 8}" y="{y + LANE_H - 4}" text-anchor="end">'
@@ -118,7 +109,7 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
             f'height="{LANE_H}" rx="3"><title>{_e(label)}</title></rect>'
         )
         act = r.get("last_activity") or {}
-        ta = _seconds(act.get("time"))
+        ta = iso_seconds(act.get("time"))
         if ta is not None:
             tip = f"last progress at {_clock(ta)}: " + act.get("text", "")[:160]
             mark = (
@@ -127,7 +118,7 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
             )
             href = link(act)
             parts.append(f'<a href="{_e(href)}">{mark}</a>' if href else mark)
-        tf = _seconds(r.get("failure_time"))
+        tf = iso_seconds(r.get("failure_time"))
         if tf is not None:
             parts.append(
                 f'<line class="fail" x1="{sx(tf):.1f}" x2="{sx(tf):.1f}" y1="{y - 2}" y2="{y + LANE_H + 2}">'
