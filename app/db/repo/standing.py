@@ -246,8 +246,11 @@ def rule_activity(session: Session, *, since: Sequence[dt.datetime]) -> dict[str
     """Per rule: in how many analyses since each given time it fired, as the root cause and in
     any role (`{"root": [n, ...], "any": [n, ...]}`, one number per time).
 
-    One pass over the widest window for all the times (a CASE per time), not a query per time:
-    the rules pages ask for 7 and 30 days, and the join of findings to analyses is the cost."""
+    Findings are reached from the window's analyses (`IN` a subquery, one per time). A join
+    grouped by rule let SQLite walk every finding in rule order and fetch each one's analysis
+    row: ~90 ms at 10,000 analyses, against ~50 ms this way, and ~7 ms once both sides are
+    read from covering indexes (analyses by created_at with id, findings by analysis with
+    rule: the pending migration 0005)."""
     out: dict[str, dict[str, list[int]]] = {}
     if not since:
         return out
@@ -257,17 +260,15 @@ def rule_activity(session: Session, *, since: Sequence[dt.datetime]) -> dict[str
         return out.setdefault(str(rid), {"root": [0] * len(since), "any": [0] * len(since)})
 
     # a rule yields one finding per analysis, so a count of rows is a count of analyses
-    any_rows = session.execute(
-        select(
-            Finding.rule_id,
-            *(func.sum(case((Analysis.created_at >= start, 1), else_=0)) for start in since),
+    for i, start in enumerate(since):
+        window = select(Analysis.id).where(Analysis.created_at >= start)
+        any_rows = session.execute(
+            select(Finding.rule_id, func.count())
+            .where(Finding.analysis_id.in_(window))
+            .group_by(Finding.rule_id)
         )
-        .join(Analysis, Analysis.id == Finding.analysis_id)
-        .where(Analysis.created_at >= widest)
-        .group_by(Finding.rule_id)
-    )
-    for rid, *counts in any_rows:
-        slot(rid)["any"] = [int(n or 0) for n in counts]
+        for rid, n in any_rows:
+            slot(rid)["any"][i] = int(n)
     root_rows = session.execute(
         select(
             Analysis.root_rule_id,
