@@ -138,6 +138,12 @@ class RemoteError(LogtriageError):
     slug, title, http_status, exit_code = "remote-error", "logtriage service error", 502, 3
 
 
+class SlackError(LogtriageError):
+    """Slack's Web API refused a call, or a file could not be fetched from Slack."""
+
+    slug, title, http_status, exit_code = "slack-error", "Slack API error", 502, 3
+
+
 class InternalError(LogtriageError):
     """A bug: never raised on purpose for bad input. Logged with its traceback, shown without it."""
 

@@ -157,6 +157,41 @@ class Settings(BaseSettings):
         default="info", description="Server log level."
     )
 
+    # --- Slack bot (docs/slack.md) -----------------------------------------------------------
+    slack_bot_token: SecretStr | None = Field(
+        default=None,
+        description="Slack bot token (`xoxb-...`). With the signing secret it turns on `/slack/events`; "
+        "with the app token, Socket Mode. Unset: no Slack (the route answers 404).",
+    )
+    slack_signing_secret: SecretStr | None = Field(
+        default=None,
+        description="Slack app signing secret: every request to `/slack/events` must carry a valid "
+        "signature made with it, at most 5 minutes old.",
+    )
+    slack_app_token: SecretStr | None = Field(
+        default=None,
+        description="Slack app-level token (`xapp-...`, scope `connections:write`): `logtriage serve` "
+        "also receives events over Socket Mode (no inbound connection needed).",
+    )
+    slack_api_url: str = Field(
+        default="https://slack.com/api/",
+        pattern=r"^https?://[^/?#]+(/[^?#]*)?$",
+        description="Slack Web API base URL; every Web API call goes there, and files are downloaded "
+        "only from Slack's file hosts or from this URL's host.",
+    )
+    slack_max_file_bytes: int = Field(
+        default=512 << 20,
+        ge=1,
+        description="Largest file the bot downloads from Slack, in bytes as stored there (gzip and "
+        "zstd accepted); larger ones are answered with a message instead.",
+    )
+    slack_repeat_minutes: float = Field(
+        default=360.0,
+        ge=0,
+        description="Hook notifications: a failure with the fingerprint of one already posted to the "
+        "channel within this many minutes goes into that post's thread as one line (0 = always post).",
+    )
+
     # --- `logtriage submit` (the client a failed job's hook runs) -----------------------------
     url: str | None = Field(
         default=None, description="`logtriage submit`: the service's base URL, e.g. http://127.0.0.1:8000."
@@ -164,6 +199,14 @@ class Settings(BaseSettings):
     token: SecretStr | None = Field(
         default=None, description="`logtriage submit`: API token (scope `ingest`)."
     )
+
+    @property
+    def slack_http_enabled(self) -> bool:
+        return self.slack_bot_token is not None and self.slack_signing_secret is not None
+
+    @property
+    def slack_socket_enabled(self) -> bool:
+        return self.slack_bot_token is not None and self.slack_app_token is not None
 
     @property
     def effective_database_url(self) -> str:

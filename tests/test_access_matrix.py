@@ -125,6 +125,7 @@ SCOPES = {
     "cookie-cross-site": {"ingest", "read", "admin"},
 }
 COOKIE_KINDS = {"cookie+csrf", "cookie-no-csrf", "cookie-cross-site"}
+SLACK_SECRET = "access-matrix-signing-secret"
 
 
 def expected(method: str, need: Need, kind: str) -> int | set[int]:
@@ -233,8 +234,15 @@ def world(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wor
 
         pg = PgSchemas()
         open_url = pg.new()
-    settings = make_settings(tmp_path_factory.mktemp("access-data"), db_url, auth_cache_seconds=0)
-    open_settings = make_settings(tmp_path_factory.mktemp("open-data"), open_url)
+    # the Slack bot installed, its Web API nowhere (port 9, discard): an unsigned request must
+    # be refused before the bot would call anything
+    slack = {
+        "slack_bot_token": "xoxb-1-2-access",
+        "slack_signing_secret": SLACK_SECRET,
+        "slack_api_url": "http://127.0.0.1:9/api/",
+    }
+    settings = make_settings(tmp_path_factory.mktemp("access-data"), db_url, auth_cache_seconds=0, **slack)
+    open_settings = make_settings(tmp_path_factory.mktemp("open-data"), open_url, **slack)
     try:
         with live_server(settings) as srv, live_server(open_settings) as open_srv:
             tag = uuid.uuid4().hex[:6]
@@ -384,6 +392,22 @@ def test_access_matrix(world: World) -> None:
                 )
     print(f"\naccess matrix: {len(routes)} routes x {len(KINDS)} credential kinds = {cells} requests")
     assert not wrong, "\n".join(wrong)
+
+
+def test_slack_route_takes_a_signature_and_nothing_else(world: World) -> None:
+    """The one credential /slack/events accepts: Slack's signature, made with the secret."""
+    from tests.slackfake import sign
+
+    body = '{"type": "url_verification", "challenge": "c-123"}'
+    for srv in (world.srv, world.open_srv):
+        with srv.client() as c:
+            headers = {"Content-Type": "application/json"}
+            ok = c.post("/slack/events", content=body, headers={**headers, **sign(body, secret=SLACK_SECRET)})
+            assert ok.status_code == 200 and "c-123" in ok.text
+            bad = c.post("/slack/events", content=body, headers={**headers, **sign(body, secret="guess")})
+            assert bad.status_code == 401
+            auth = {"Authorization": f"Bearer {world.tokens['admin']}"}
+            assert c.post("/slack/events", content=body, headers={**headers, **auth}).status_code == 401
 
 
 def test_an_ingest_token_reads_its_own_analyses(world: World) -> None:

@@ -27,6 +27,8 @@ TABLES = {
     "recurrence_jobs",
     "retriages",
     "rule_versions",
+    "slack_events",
+    "slack_messages",
 }
 
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import jinja2
 
 from app.api.authcache import AuthCache
 from app.service.context import ServiceContext
 from app.web.session import SessionCodec
+
+if TYPE_CHECKING:
+    from app.slack.bot import SlackBot
 
 
 @dataclass
@@ -18,3 +22,4 @@ class AppContext(ServiceContext):
     templates: jinja2.Environment
     auth: AuthCache
     sessions: SessionCodec
+    slack: SlackBot | None = None  # built when LOGTRIAGE_SLACK_BOT_TOKEN is set

@@ -22,7 +22,7 @@ from app import __version__
 from app.api import accesslog, errors, memory
 from app.api.authcache import AuthCache
 from app.api.context import AppContext
-from app.api.routes import analyses, health, rules, stats
+from app.api.routes import analyses, health, rules, slack, stats
 from app.blobstore import open_blob_store
 from app.db import repo
 from app.db.migrate import ensure_current
@@ -131,15 +131,39 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
         warm = asyncio.create_task(_warm())
         trim = asyncio.create_task(app.state.trimmer.run())
+        if settings.slack_bot_token is not None:
+            await start_slack(app.state.ctx, settings)
         try:
             yield
         finally:
             trim.cancel()
+            if app.state.ctx.slack is not None:
+                await app.state.ctx.slack.close()
             await service.drain(DRAIN_SECONDS)
             warm.cancel()
             await asyncio.to_thread(pool.shutdown)
     finally:
         db.dispose()
+
+
+async def start_slack(ctx: AppContext, settings: Settings) -> None:
+    """The bot (slack_bolt is imported only here, when it is configured). Socket Mode failing
+    to connect is logged, not fatal: the web pages and the API keep serving."""
+    from app.slack.bot import SlackBot
+
+    bot = SlackBot(ctx=ctx, settings=settings)
+    await asyncio.to_thread(bot.prune)
+    ctx.slack = bot
+    if settings.slack_socket_enabled:
+        try:
+            await bot.start_socket_mode()
+        except Exception as exc:
+            log.error("Slack Socket Mode could not connect: %s", exc)
+    if not settings.slack_http_enabled and not settings.slack_socket_enabled:
+        log.warning(
+            "LOGTRIAGE_SLACK_BOT_TOKEN is set but neither LOGTRIAGE_SLACK_SIGNING_SECRET (/slack/events) "
+            "nor LOGTRIAGE_SLACK_APP_TOKEN (Socket Mode): the bot receives nothing, hooks can still notify"
+        )
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -161,6 +185,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(rules.router)
     app.include_router(stats.router)
     app.include_router(health.router)
+    app.include_router(slack.router)
     web.install(app)
 
     @app.get("/problems/{slug}", include_in_schema=False)

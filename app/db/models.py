@@ -134,11 +134,22 @@ class Analysis(Base):
         UniqueConstraint("idempotency_scope", "idempotency_key"),
         Index("ix_analyses_fingerprint_created", "fingerprint", "created_at"),
         Index("ix_analyses_root_rule_created", "root_rule_id", "created_at"),
+        # covers the history/trends window so SQLite never walks rows that carry the result JSON
+        Index(
+            "ix_analyses_window",
+            "created_at",
+            "id",
+            "status",
+            "root_class",
+            "root_kind",
+            "job_id",
+            "root_title",
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(26), primary_key=True)  # ULID: sorts by creation time
     created_at: Mapped[dt.datetime] = mapped_column(index=True)
-    finished_at: Mapped[dt.datetime | None]
+    finished_at: Mapped[dt.datetime | None] = mapped_column(index=True)  # the cache's data version
     status: Mapped[str] = mapped_column(String(16), index=True)  # pending | done | failed
     source: Mapped[str] = mapped_column(String(16))  # web | api | slack | cli
     # job metadata, as the hook reported it
@@ -169,7 +180,7 @@ class Analysis(Base):
     framework_detected: Mapped[str | None] = mapped_column(String(32), index=True)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    retriaged_at: Mapped[dt.datetime | None]
+    retriaged_at: Mapped[dt.datetime | None] = mapped_column(index=True)
 
     files: Mapped[list[AnalysisFile]] = relationship(
         back_populates="analysis", cascade="all, delete-orphan", order_by="AnalysisFile.position"
@@ -196,6 +207,8 @@ class AnalysisFile(Base):
 
 class Finding(Base):
     __tablename__ = "findings"
+    # rule activity reaches a window's findings through its analyses
+    __table_args__ = (Index("ix_findings_analysis_rule", "analysis_id", "rule_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     analysis_id: Mapped[str] = mapped_column(ForeignKey("analyses.id", ondelete="CASCADE"), index=True)
@@ -204,7 +217,7 @@ class Finding(Base):
     rule_id: Mapped[str] = mapped_column(String(100), index=True)
     rule_version: Mapped[int]
     failure_class: Mapped[str] = mapped_column(String(100), index=True)
-    kind: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(32), index=True)
     severity: Mapped[str] = mapped_column(String(16))
     role: Mapped[str] = mapped_column(String(16))
     confidence: Mapped[float] = mapped_column(Float)
@@ -284,3 +297,30 @@ class RecurrenceHost(Base):
     fingerprint: Mapped[str] = mapped_column(String(32), primary_key=True)
     host: Mapped[str] = mapped_column(String(255), primary_key=True)
     analyses: Mapped[int]
+
+
+class SlackEvent(Base):
+    """Slack deliveries already taken: an event id (or a message's channel and ts) is claimed
+    once, so Slack's retries, a second worker or a restart never answer twice."""
+
+    __tablename__ = "slack_events"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    received_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)
+
+
+class SlackMessage(Base):
+    """A message the bot posted about an analysis: updated in place when feedback or a
+    re-triage changes the result; a notification's thread takes repeats of its fingerprint."""
+
+    __tablename__ = "slack_messages"
+    __table_args__ = (Index("ix_slack_messages_channel_fp_created", "channel", "fingerprint", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    analysis_id: Mapped[str] = mapped_column(ForeignKey("analyses.id", ondelete="CASCADE"), index=True)
+    channel: Mapped[str] = mapped_column(String(100))
+    ts: Mapped[str] = mapped_column(String(40))
+    thread_ts: Mapped[str | None] = mapped_column(String(40))  # None: a top-level post
+    purpose: Mapped[str] = mapped_column(String(16))  # reply | notify | repeat
+    fingerprint: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

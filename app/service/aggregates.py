@@ -27,11 +27,18 @@ MAX_ENTRIES = 128
 
 
 def data_version(session: Session) -> tuple[Any, ...]:
-    a = session.execute(
-        select(func.count(Analysis.id), func.max(Analysis.finished_at), func.max(Analysis.retriaged_at))
+    # one scalar subquery per value: each is answered from an index (a max as one seek), where
+    # max(finished_at) beside count() in one select made SQLite scan the table (~10 ms at 10k)
+    row = session.execute(
+        select(
+            select(func.count(Analysis.id)).scalar_subquery(),
+            select(func.max(Analysis.finished_at)).scalar_subquery(),
+            select(func.max(Analysis.retriaged_at)).scalar_subquery(),
+            select(func.count(Feedback.id)).scalar_subquery(),
+            select(func.max(Feedback.id)).scalar_subquery(),
+        )
     ).one()
-    f = session.execute(select(func.count(Feedback.id), func.max(Feedback.id))).one()
-    return (*a, *f)
+    return tuple(row)
 
 
 class AggregateCache:

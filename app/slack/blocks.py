@@ -55,8 +55,12 @@ def _section(text: str, url: str) -> dict[str, Any]:
     return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
 
 
-def diagnosis(resource: dict[str, Any], *, report_url: str, feedback: bool = True) -> dict[str, Any]:
-    """`{"text": fallback, "blocks": [...]}` for `chat.postMessage` / `chat.update`."""
+def diagnosis(
+    resource: dict[str, Any], *, report_url: str, feedback: bool = True, note: str | None = None
+) -> dict[str, Any]:
+    """`{"text": fallback, "blocks": [...]}` for `chat.postMessage` / `chat.update`.
+
+    `note` is mrkdwn the bot wrote itself (who gave feedback, a re-triage), never log text."""
     root = resource.get("root_cause")
     aid = str(resource.get("id", ""))
     blocks: list[dict[str, Any]] = []
@@ -141,6 +145,21 @@ def diagnosis(resource: dict[str, Any], *, report_url: str, feedback: bool = Tru
             {
                 "type": "context",
                 "elements": [{"type": "mrkdwn", "text": clip(" · ".join(context), MAX_SECTION)}],
+            }
+        )
+    verdicts = [str(f.get("verdict")) for f in resource.get("feedback") or []]
+    status: list[str] = []
+    if resource.get("retriaged_at"):
+        status.append(f"re-triaged {escape(str(resource['retriaged_at']))[:16].replace('T', ' ')} UTC")
+    if verdicts:
+        status.append(f"feedback: {verdicts.count('correct')} correct, {verdicts.count('wrong')} wrong")
+    if note:
+        status.append(note)
+    if status:
+        blocks.append(
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": clip(" · ".join(status), MAX_SECTION)}],
             }
         )
     actions: list[dict[str, Any]] = [

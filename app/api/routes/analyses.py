@@ -34,6 +34,7 @@ from app.render.markdown import render_markdown
 from app.service import ops, present
 from app.service.access import check_can_read
 from app.service.spool import remove_tree, spool_path_for
+from app.slack import CHANNEL_ID
 
 router = APIRouter(prefix="/api/v1", tags=["analyses"])
 
@@ -124,6 +125,14 @@ async def create_analysis(
     prefer: Annotated[
         str | None, Header(description="`respond-async` (answer 202 at once) or `wait=N` seconds")
     ] = None,
+    notify: Annotated[
+        str | None,
+        Query(
+            max_length=40,
+            description="Slack channel ID to post the diagnosis to once it is done (the bot must be in "
+            "it); a repeat of a failure posted there recently goes into that post's thread",
+        ),
+    ] = None,
 ) -> Response:
     """Stream the upload to disk, then analyse it off the event loop.
 
@@ -131,6 +140,8 @@ async def create_analysis(
     with `Location` to poll. The same `Idempotency-Key` (per token) returns the first analysis.
     """
     settings = ctx.settings
+    if notify is not None:
+        check_notify(ctx, notify)  # before the upload is read: a refused request stores nothing
     spool = spool_path_for(settings.data_dir)
     try:
         upload = await receive(request, spool=spool, limit=settings.max_upload_bytes, raw_name=filename)
@@ -155,9 +166,26 @@ async def create_analysis(
         wait=wait,
     )
     base = base_url(request, ctx)
+    if notify is not None and ctx.slack is not None and not submission.replayed:
+        # posted after the answer: the hook's latency does not include Slack's
+        pending = None if submission.done else ctx.service.running(submission.analysis_id)
+        ctx.slack.notify_later(analysis_id=submission.analysis_id, channel=notify, base=base, pending=pending)
     res = await asyncio.to_thread(ops.submission_resource, ctx, submission=submission, base=base)
     res = present.for_principal(res, principal)
     return _response(res, base=base, replayed=submission.replayed, applied=applied)
+
+
+def check_notify(ctx: AppContext, channel: str) -> None:
+    if ctx.slack is None:
+        raise ValidationFailedError(
+            "notify: the Slack bot is not configured on this server (set LOGTRIAGE_SLACK_BOT_TOKEN; "
+            "docs/slack.md)"
+        )
+    if not CHANNEL_ID.match(channel):
+        raise ValidationFailedError(
+            f"notify: {channel[:40]!r} is not a Slack channel ID (C0123ABCD: the channel's details "
+            "show it); names change, IDs do not"
+        )
 
 
 @router.get(

@@ -12,6 +12,7 @@ One module per concern; this package re-exports their public names so callers wr
 - `standing`: recurrence, suspect hosts, stats and trends
 - `rules`: rule versions as matched
 - `tokens`: API tokens
+- `slack`: Slack deliveries taken and messages posted
 - `housekeeping`: blob rows for the garbage collector
 """
 
@@ -57,6 +58,13 @@ from app.db.repo.retriage import (
     retriages_of,
 )
 from app.db.repo.rules import finding_rule_versions, rule_version_text, rule_versions
+from app.db.repo.slack import (
+    add_slack_message,
+    claim_slack_event,
+    prune_slack_events,
+    slack_messages_of,
+    slack_thread_head,
+)
 from app.db.repo.standing import (
     Standing,
     SuspectHost,
@@ -96,9 +104,11 @@ __all__ = [
     "StoredBlob",
     "SuspectHost",
     "add_feedback",
+    "add_slack_message",
     "any_active_token",
     "apply_retriage",
     "blob_referenced",
+    "claim_slack_event",
     "complete_analyses",
     "count_analyses",
     "create_pending",
@@ -126,6 +136,7 @@ __all__ = [
     "log_digest",
     "mark_interrupted",
     "new_id",
+    "prune_slack_events",
     "result_hardware_hosts",
     "result_summary",
     "retriage_candidates",
@@ -137,6 +148,8 @@ __all__ = [
     "rule_feedback",
     "rule_version_text",
     "rule_versions",
+    "slack_messages_of",
+    "slack_thread_head",
     "standing_of",
     "stats",
     "suspect_hosts",
