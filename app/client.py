@@ -41,6 +41,7 @@ class SubmitOptions:
     exit_code: int | None = None
     host: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    notify: str | None = None  # a Slack channel ID: the service posts the diagnosis there
     config: Path | None = None
     source: str = "cli"
     max_bytes: int = 256 << 20  # per file, uncompressed; larger logs go as head + tail
@@ -164,7 +165,7 @@ class Body:
     def request_kwargs(self) -> dict[str, Any]:
         o = self.opts
         params: dict[str, Any] = {"source": o.source}
-        for key in ("job_id", "framework", "exit_code", "host"):
+        for key in ("job_id", "framework", "exit_code", "host", "notify"):
             value = getattr(o, key)
             if value is not None:
                 params[key] = str(value)
@@ -244,7 +245,15 @@ def submit(
     http = client or httpx.Client(timeout=timeout, headers=headers)
     try:
         body = Body(files, opts.config, opts)
-        resp = _post_with_retries(http, f"{base}/api/v1/analyses", body, opts, headers=headers, log=log)
+        try:
+            resp = _post_with_retries(http, f"{base}/api/v1/analyses", body, opts, headers=headers, log=log)
+        except RemoteError as exc:
+            if not (opts.notify and "notify:" in exc.detail):
+                raise
+            # the diagnosis matters more than the Slack post: send it again without the channel
+            log(f"logtriage: {exc.detail}; submitting without --notify")
+            opts.notify = None
+            resp = _post_with_retries(http, f"{base}/api/v1/analyses", body, opts, headers=headers, log=log)
         if body.cut:
             log(
                 f"logtriage: sent the head and tail of {', '.join(body.cut)} "

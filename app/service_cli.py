@@ -437,6 +437,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             exit_code=args.exit_code,
             host=args.host,
             labels=labels,
+            notify=args.notify,
             config=Path(args.config) if args.config else None,
             max_bytes=args.max_bytes,
             head_bytes=args.head_bytes,
@@ -583,6 +584,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     sm.add_argument("--host", default=os.uname().nodename, help="host the job ran on (default: this host)")
     sm.add_argument("--label", action="append", metavar="KEY=VALUE", help="free-form label; repeatable")
     sm.add_argument("--config", help="the job's config (YAML or launch script): patches become a diff")
+    sm.add_argument(
+        "--notify",
+        metavar="CHANNEL_ID",
+        help="Slack channel ID the service posts the diagnosis to (its bot must be in the channel)",
+    )
     sm.add_argument(
         "--max-bytes",
         type=_size,

@@ -39,6 +39,7 @@ class Call:
     params: dict[str, Any]
     auth: str | None
     raw: str  # the request as sent (body, plus query string): what "nothing secret sent" checks
+    at: float = field(default_factory=time.monotonic)  # when it arrived (bench/slack_bench.py)
 
 
 @dataclass

@@ -513,3 +513,64 @@ def test_a_delivery_is_claimed_once_under_concurrency(db_url: str) -> None:
         assert results.count(True) == 1 and results.count(False) == 15
     finally:
         db.dispose()
+
+
+def test_submit_notify_posts_and_falls_back_without_a_bot(
+    bot_server: LiveServer, server: LiveServer, fake: FakeSlack, tmp_path: Path
+) -> None:
+    from tests.servicekit import cli_env, run_cli
+
+    log = tmp_path / "rank0.log"
+    log.write_bytes(ECC_LOG)
+    channel = "C0SUBMIT01"
+    env = cli_env(bot_server.settings)
+    r = run_cli(
+        "submit",
+        str(log),
+        "--url",
+        bot_server.url,
+        "--job-id",
+        "sub-1",
+        "--notify",
+        channel,
+        "--json",
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    aid = json.loads(r.stdout)["id"]
+    fake.wait_for(lambda f: len(posts(f, channel)) == 1)
+    assert analysis_id_of(posts(fake, channel)[0]) == aid
+    # a service without the bot: the log is still analysed and stored, the user told why no post
+    r = run_cli(
+        "submit", str(log), "--url", server.url, "--notify", channel, "--json", env=cli_env(server.settings)
+    )
+    assert r.returncode == 0 and "submitting without --notify" in r.stderr
+    assert json.loads(r.stdout)["root_cause"]["failure_class"] == "hardware.gpu_ecc_error"
+
+
+def test_a_retriage_that_changes_the_result_updates_the_message(
+    db_url: str, fake: FakeSlack, tmp_path: Path
+) -> None:
+    import shutil
+
+    rules = tmp_path / "rules"
+    shutil.copytree(ROOT / "rules", rules)
+    for name in ("gpu-xid-ecc", "nvidia-smi-uncorrectable-ecc", "cuda-uncorrectable-ecc"):
+        (rules / "hardware" / f"{name}.yaml").unlink()  # a library from before the ECC rules
+    url = db_url if not db_url.startswith("sqlite") else f"sqlite:///{tmp_path / 'r.db'}"
+    channel, ts = "C0RETRIAGE", "1700001000.000100"
+    info = fake.add_file("F0RETRI001", "ecc.log", ECC_LOG)
+    with live_server(slack_settings(tmp_path / "d", url, fake, rules_dir=rules)) as old, old.client() as c:
+        post_event(c, file_share(channel, ts, [{"id": info["id"], "name": "ecc.log"}]))
+        fake.wait_for(lambda f: len(posts(f, channel)) == 1)
+    first = posts(fake, channel)[0]
+    assert "hardware.gpu_ecc_error" not in json.dumps(blocks_of(first))
+    aid = analysis_id_of(first)
+    with live_server(slack_settings(tmp_path / "d", url, fake)) as new, new.client() as c:
+        r = c.post(f"{API}/{aid}/retriage")
+        assert r.status_code == 200 and r.json()["changes"], r.text
+        fake.wait_for(lambda f: len(posts(f, channel, method="chat.update")) == 1)
+    update = posts(fake, channel, method="chat.update")[0]
+    assert "hardware.gpu_ecc_error" in json.dumps(blocks_of(update))
+    assert "updated after a re-triage" in json.dumps(blocks_of(update))
+    assert len(posts(fake, channel)) == 1  # updated in place, nothing new posted

@@ -103,3 +103,26 @@ def test_an_unknown_result_says_what_to_collect() -> None:
     assert msg["blocks"][0]["text"]["text"] == "No known failure matched"
     assert "possibly *cuda.out_of_memory*" in body and "first rank that failed" in body
     assert [e["action_id"] for e in msg["blocks"][-1]["elements"]] == ["open_report"]
+
+
+def test_remediation_becomes_mrkdwn_and_inserted_values_stay_literal() -> None:
+    from app.engine.triage import md_literal
+    from app.slack.blocks import mrkdwn
+
+    captured = md_literal("[click](https://evil.example/x) **now** <!channel>")
+    text = mrkdwn(
+        f"Drain the node, see **the runbook** at [docs](https://wiki.example/ecc); host `{captured}`"
+    )
+    assert "*the runbook*" in text and "<https://wiki.example/ecc|docs>" in text
+    # the value from the log: shown as written, no Slack link, no mention, no bold
+    assert "<https://evil.example" not in text and "<!channel>" not in text
+    assert "[click](https://evil.example/x) **now** &lt;!channel&gt;" in text
+
+
+def test_the_fix_text_is_in_the_message(server: LiveServer, client: httpx.Client) -> None:
+    log = (ROOT / "examples" / "ecc-cascade" / "rank2.log").read_bytes()
+    r = client.post(API, content=log, headers={"Content-Type": "text/plain"})
+    res = r.json()
+    msg = diagnosis(res, report_url=f"{server.url}/analyses/{res['id']}")
+    fix = next(t for t in _texts(msg) if t.startswith("*What to do*"))
+    assert "nvidia-smi" in fix and len(fix) <= MAX_SECTION

@@ -13,6 +13,7 @@ fallback text.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 MAX_BLOCKS = 50
@@ -27,6 +28,28 @@ KIND_WHO = {
     "numerics": "numerics: the training diverged",
 }
 FEEDBACK_ACTIONS = ("feedback_correct", "feedback_wrong")
+
+
+_MD_LINK = re.compile(r"(?<!\\)\[([^\]\n]{1,200})\]\((https?://[^)\s]{1,500})\)")
+_MD_BOLD = re.compile(r"\*\*([^*\n]{1,300})\*\*")
+_MD_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>~])")
+
+
+def mrkdwn(markdown: str) -> str:
+    """A remediation text (Markdown, the rule's own words plus values from the log inserted as
+    escaped literals) as Slack mrkdwn: links and bold of the rule's text converted, the escapes
+    of inserted values undone only after that, so a value never becomes a link."""
+    out = escape(markdown)
+    links: list[str] = []
+
+    def link(m: re.Match[str]) -> str:
+        links.append(f"<{m.group(2)}|{m.group(1)}>")
+        return f"\x00{len(links) - 1}\x00"
+
+    out = _MD_LINK.sub(link, out)
+    out = _MD_BOLD.sub(r"*\1*", out)
+    out = _MD_ESCAPED.sub(r"\1", out)
+    return re.sub("\x00(\\d+)\x00", lambda m: links[int(m.group(1))], out)
 
 
 def escape(text: str) -> str:
@@ -94,9 +117,10 @@ def diagnosis(
             blocks.append(
                 _section(f"{where}\n{_code(str(line.get('text', '')), 800, report_url)}", report_url)
             )
-        explanation = str(root.get("explanation", "")).strip()
-        if explanation:
-            blocks.append(_section(escape(clip(explanation, 900)), report_url))
+        remediation = str(root.get("remediation") or "").strip()
+        if remediation:
+            cut = clip(remediation, 1200, more=" …")
+            blocks.append(_section(f"*What to do*\n{mrkdwn(cut)}", report_url))
         patches = root.get("patches") or []
         if patches:
             top = patches[0]

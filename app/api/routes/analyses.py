@@ -440,4 +440,9 @@ async def retriage(analysis_id: str, request: Request, ctx: CtxDep, _principal: 
     aid, changes = await ctx.service.retriage(analysis_id)
     base = base_url(request, ctx)
     res = await asyncio.to_thread(ops.load_resource, ctx, analysis_id=aid, base=base, principal=None)
+    if ctx.slack is not None and changes:
+        # the bot's messages about it say what the analysis says now (updated in place)
+        ctx.slack.spawn(
+            ctx.slack.refresh(analysis_id=aid, base=base, note="updated after a re-triage"), name="refresh"
+        )
     return JSONResponse({"summary": change_summary(changes), "changes": changes, "analysis": res})
