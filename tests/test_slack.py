@@ -337,10 +337,11 @@ def test_feedback_button_is_stored_and_updates_the_message(bot: httpx.Client, fa
     assert [f["verdict"] for f in fb] == ["wrong"]
 
 
-def test_rate_limited_post_is_retried(bot: httpx.Client, fake: FakeSlack) -> None:
-    channel = "C0RATELIM1"
+@pytest.mark.parametrize("status", [429, 503])
+def test_rate_limited_or_failed_post_is_retried(bot: httpx.Client, fake: FakeSlack, status: int) -> None:
+    channel = f"C0RETRY{status}X"
     before = len(fake.of("chat.postMessage"))
-    fake.fail("chat.postMessage", status=429, retry_after=0)
+    fake.fail("chat.postMessage", status=status, retry_after=0)
     post_event(
         bot,
         event_callback(
@@ -353,7 +354,15 @@ def test_rate_limited_post_is_retried(bot: httpx.Client, fake: FakeSlack) -> Non
             }
         ),
     )
-    fake.wait_for(lambda f: len(posts(f, channel)) == 2)  # the 429 and its retry, both recorded
+    # the refused post and its retry are both recorded; the answer then completes (check mark)
+    fake.wait_for(
+        lambda f: (
+            len(posts(f, channel)) == 2
+            and any(
+                p.get("name") == "white_check_mark" for p in posts(f, channel, method="reactions.add")
+            )
+        )
+    )
     calls = fake.of("chat.postMessage")[before:]
     assert [c.params.get("channel") for c in calls].count(channel) == 2
 
