@@ -358,9 +358,7 @@ def test_rate_limited_or_failed_post_is_retried(bot: httpx.Client, fake: FakeSla
     fake.wait_for(
         lambda f: (
             len(posts(f, channel)) == 2
-            and any(
-                p.get("name") == "white_check_mark" for p in posts(f, channel, method="reactions.add")
-            )
+            and any(p.get("name") == "white_check_mark" for p in posts(f, channel, method="reactions.add"))
         )
     )
     calls = fake.of("chat.postMessage")[before:]
