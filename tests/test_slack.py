@@ -82,6 +82,12 @@ def header(params: dict[str, Any]) -> str:
     return next(b["text"]["text"] for b in blocks_of(params) if b["type"] == "header")
 
 
+def answered(fake: FakeSlack, channel: str) -> bool:
+    """The bot is done with a message: its last reaction (after the reply is posted and kept)."""
+    done = ("white_check_mark", "grey_question", "x")
+    return any(p.get("name") in done for p in posts(fake, channel, method="reactions.add"))
+
+
 def analysis_id_of(params: dict[str, Any]) -> str:
     actions = next(b for b in blocks_of(params) if b["type"] == "actions")
     return str(actions["block_id"]).split(":", 1)[1]
@@ -303,7 +309,7 @@ def test_feedback_button_is_stored_and_updates_the_message(bot: httpx.Client, fa
     channel, ts = "C0FEEDBACK", "1700000500.000100"
     info = fake.add_file("F0FEED0001", "ecc.log", ECC_LOG)
     post_event(bot, file_share(channel, ts, [{"id": info["id"], "name": "ecc.log"}]))
-    fake.wait_for(lambda f: len(posts(f, channel)) == 1)
+    fake.wait_for(lambda f: len(posts(f, channel)) == 1 and answered(f, channel))
     reply = posts(fake, channel)[0]
     aid = analysis_id_of(reply)
     message_ts = "1700000999.000100"  # what Slack says the clicked message is; the stored ts is updated too
@@ -495,7 +501,7 @@ def test_socket_mode_receives_events_over_the_socket(db_url: str, fake: FakeSlac
         info = fake.add_file("F0SOCK0001", "ecc.log", ECC_LOG)
         envelope = fake.push(file_share(channel, ts, [{"id": info["id"], "name": "ecc.log"}]))
         fake.wait_for(lambda f: any(a.get("envelope_id") == envelope for a in f.socket_acks))
-        fake.wait_for(lambda f: len(posts(f, channel)) == 1)
+        fake.wait_for(lambda f: len(posts(f, channel)) == 1 and answered(f, channel))
     assert posts(fake, channel)[0]["thread_ts"] == ts
     assert re.search(r"hardware\.gpu_ecc_error", json.dumps(blocks_of(posts(fake, channel)[0])))
 
@@ -569,7 +575,7 @@ def test_a_retriage_that_changes_the_result_updates_the_message(
     info = fake.add_file("F0RETRI001", "ecc.log", ECC_LOG)
     with live_server(slack_settings(tmp_path / "d", url, fake, rules_dir=rules)) as old, old.client() as c:
         post_event(c, file_share(channel, ts, [{"id": info["id"], "name": "ecc.log"}]))
-        fake.wait_for(lambda f: len(posts(f, channel)) == 1)
+        fake.wait_for(lambda f: len(posts(f, channel)) == 1 and answered(f, channel))
     first = posts(fake, channel)[0]
     assert "hardware.gpu_ecc_error" not in json.dumps(blocks_of(first))
     aid = analysis_id_of(first)

@@ -277,3 +277,14 @@ def fresh_db_url(db_url: str, request: pytest.FixtureRequest, tmp_path: Path) ->
     schemas = request.getfixturevalue("pg_schemas")
     url: str = schemas.new()
     return url
+
+
+def test_pages_are_compiled_at_start_not_by_the_first_visitor(server: LiveServer) -> None:
+    from app.api.main import TEMPLATES
+
+    env = server.ctx.templates
+    pages = {p.name for p in TEMPLATES.glob("*.html")}
+    deadline = time.monotonic() + 60  # the start-up warm-up runs beside the first requests
+    while not pages <= {name for _, name in env.cache.keys()} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pages <= {name for _, name in env.cache.keys()}
