@@ -64,3 +64,41 @@ def test_a_pattern_that_gets_through_costs_a_warning_not_the_scan(
     a = triage(sources=sources, compiled=lib, options=TriageOptions(jobs=1))
     assert any("timed out; line skipped" in w for w in a.warnings)
     assert a.root_cause is not None and a.root_cause.evidence[0].line == 3  # the next line still counted
+
+
+def test_every_pattern_holds_its_time_budget_on_adversarial_lines(compiled: CompiledLibrary) -> None:
+    """Each pattern the scan verifies (rules, signatures, facts, framework detection, timeline
+    probes), fed lines built to make a backtracking engine work hardest on it (for every
+    unbounded repeat: a long run of what it loops on, cut short, with and without a whole
+    match after it), at the longest line the verifier reads. None may reach the budget: a
+    pattern that did would cost 0.2 s per such line (a DoS by log content) and skip the line.
+    Quadratic shapes found this way (a match that can start anywhere inside a long run) are
+    anchored with a lookbehind in the rules."""
+    from app.engine.scan import MAX_VERIFY_CHARS, VERIFY_TIMEOUT
+
+    lines = 0
+    over: list[str] = []
+    for entry in compiled.entries:
+        for line in redos.adversarial_lines(entry.text, MAX_VERIFY_CHARS):
+            lines += 1
+            try:
+                entry.rx.search(line, None, None, None, False, VERIFY_TIMEOUT)
+            except TimeoutError:
+                over.append(f"{entry.owner}: {entry.text[:100]}")
+    assert lines > 1000  # every pattern with a repeat got its lines
+    assert not sorted(set(over)), "patterns over the verify budget:\n" + "\n".join(sorted(set(over)))
+
+
+def test_adversarial_lines_reach_the_backtracking() -> None:
+    """The generator finds the slow case of a known quadratic shape (else the test above would
+    pass by not trying): `\\d+ Workers` on a long run of digits."""
+    import regex
+
+    from app.engine.scan import MAX_VERIFY_CHARS
+
+    lines = redos.adversarial_lines(r"\d+ Workers killed", MAX_VERIFY_CHARS)
+    assert any(len(line) >= MAX_VERIFY_CHARS and set(line[:1000]) <= set("0123456789") for line in lines)
+    rx = regex.compile(r"\d+ Workers killed")
+    with pytest.raises(TimeoutError):
+        for line in lines:
+            rx.search(line, timeout=0.05)  # quadratic: ~10^8 steps, far past 50 ms

@@ -285,6 +285,6 @@ def test_pages_are_compiled_at_start_not_by_the_first_visitor(server: LiveServer
     env = server.ctx.templates
     pages = {p.name for p in TEMPLATES.glob("*.html")}
     deadline = time.monotonic() + 60  # the start-up warm-up runs beside the first requests
-    while not pages <= {name for _, name in env.cache.keys()} and time.monotonic() < deadline:
+    while not pages <= {name for _, name in env.cache} and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pages <= {name for _, name in env.cache.keys()}
+    assert pages <= {name for _, name in env.cache}

@@ -178,3 +178,79 @@ def backtracking_risk(pattern: str) -> str | None:
     except Exception:  # regex-only syntax: not checked here
         return None
     return _walk(list(parsed), False)
+
+
+# --- adversarial lines (for tests and `bench/redos_bench.py`) ---------------------------------
+
+_PREFERRED = "a0_ -.:/=x"
+
+
+def _pick(op: Any, av: Any, avoid: str = "") -> str:
+    """A character the one-character node matches (a plain one when it can)."""
+    rx = _compiled_class((op, av))
+    if rx is None:
+        return "a"
+    for c in _PREFERRED + "".join(_SAMPLE):
+        if c not in avoid and rx.fullmatch(c):
+            return c
+    return "a"
+
+
+def _example(items: list[tuple[Any, Any]]) -> str:
+    """A short string the sequence matches (lookarounds and back-references aside)."""
+    out = []
+    for op, av in items:
+        if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
+            out.append(_pick(op, av))
+        elif op in _REPEATS and op is not None:
+            out.append(_example(list(av[2])) * av[0])
+        elif op is C.SUBPATTERN:
+            out.append(_example(list(av[-1])))
+        elif op is C.BRANCH:
+            out.append(_example(list(av[1][0])))
+    return "".join(out)
+
+
+def _runs(items: list[tuple[Any, Any]]) -> list[tuple[str, str, str]]:
+    """(before, body, after) for every unbounded repeat of the pattern: the shortest text that
+    reaches the repeat, one turn of its body, and what completes the match after it."""
+    found: list[tuple[str, str, str]] = []
+
+    def visit(seq: list[tuple[Any, Any]], before: str, after: str) -> None:
+        for i, (op, av) in enumerate(seq):
+            pre = before + _example(seq[:i])
+            post = _example(seq[i + 1 :]) + after
+            if op in _REPEATS and op is not None:
+                body = list(av[2])
+                if av[1] == _UNBOUNDED:
+                    found.append((pre, _example(body) or "a", post))
+                visit(body, pre, post)
+            elif op is C.SUBPATTERN:
+                visit(list(av[-1]), pre, post)
+            elif op is C.BRANCH:
+                for alt in av[1]:
+                    visit(list(alt), pre, post)
+
+    visit(items, "", "")
+    return found
+
+
+def adversarial_lines(pattern: str, length: int = 16_000) -> list[str]:
+    """Lines that make a backtracking engine work hardest on `pattern`, each about `length`
+    characters: for every unbounded repeat, what reaches it followed by a long run of what it
+    loops on (its body, each character of the body, the text that follows it repeated) and then
+    a character that breaks the match, with the rest of a match after it so that no required
+    literal is missing (an engine that checks for one first would otherwise skip the work)."""
+    try:
+        parsed = list(P.parse(pattern))
+    except Exception:
+        return []
+    whole = _example(parsed)
+    lines: list[str] = []
+    for pre, body, post in _runs(parsed):
+        fillers = {body, *body, post[:-1] if len(post) > 1 else ""}
+        for fill in sorted(f for f in fillers if f):
+            run = pre + fill * max(1, length // len(fill))
+            lines.append(run)  # the match is cut short: what follows the repeat never comes
+            lines.append(run + "\x7f" + whole)  # ... and a whole match later on the line
+    return list(dict.fromkeys(lines))

@@ -52,14 +52,14 @@ from app.engine.timeline_model import (
 
 # --- probes: scanned everywhere by the main multi-pattern pass ------------------------------------
 
-_PG_RANK = r"\[PG (?:ID )?(?P<pg>\d+)[^\]]*?Rank (?P<prank>\d+)\]"
+_PG_RANK = r"\[PG (?:ID )?(?P<pg>\d+)(?!\d)[^\]]*?Rank (?P<prank>\d+)\]"
 _FP = (
     r"CollectiveFingerPrint\(SequenceNumber=(?P<s{0}>\d+), OpType=(?P<o{0}>\w+), "
     r"TensorShape=\[(?P<shape_{0}>[^\]]*)\]"
 )
 PROBES: dict[str, str] = {
     "watchdog": (
-        r"(?:\[(?:PG (?:ID )?(?P<pg>\d+)[^\]]*?)?Rank (?P<prank>\d+)\] )?"
+        r"(?:\[(?:PG (?:ID )?(?P<pg>\d+)(?!\d)[^\]]*?)?Rank (?P<prank>\d+)\] )?"
         r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
         r"(?:, NumelIn=(?P<numel_in>-?\d+), NumelOut=(?P<numel_out>-?\d+))?, "
         r"Timeout\(ms\)=(?P<timeout_ms>\d+)\)"
