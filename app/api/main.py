@@ -133,10 +133,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             log.warning(open_mode_message(settings))
 
         async def _warm() -> None:
-            await pool.warmup()
             # compiled now, not by the first visitor (a first report view took ~105 ms), and
             # counted in the start-up heap that is frozen and that memory is measured against
             await asyncio.to_thread(compile_templates, app.state.ctx.templates)
+            await pool.warmup()
             freeze_startup_heap()  # everything long-lived is built by now
 
         warm = asyncio.create_task(_warm())
