@@ -3,6 +3,9 @@
 `real/`: logs produced here by running the real software (torch 2.13 CPU/gloo, torchrun, Ray).
 `public/`: a held-out set of publicly posted log excerpts, collected without looking at the rules;
 85.2% at first contact (tests/corpus/public/first-contact.json), and not tuned on since.
+`fresh/`: a second blind set (issue 13), scored at first contact
+(tests/corpus/fresh/first-contact.json) before any rule was changed for it. It gets floors once
+the work on it is done; until then it is measured (`logtriage eval --split fresh`), not gated.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def test_corpus_accuracy_floors(compiled: CompiledLibrary) -> None:
 def test_a_confident_prediction_is_rarely_wrong(compiled: CompiledLibrary) -> None:
     # Never guess: when logtriage names a class (not `unknown`), it should be right.
     report = evaluate_corpus(compiled, ROOT / "tests" / "corpus")
-    named = [c for c in report.cases if c.predicted != "unknown"]
+    named = [c for c in report.cases if c.predicted != "unknown" and c.split != "fresh"]
     wrong = [c for c in named if c.predicted != c.expected]
     assert len(named) >= 50
     assert len(wrong) / len(named) <= 0.03, [c.file for c in wrong]
