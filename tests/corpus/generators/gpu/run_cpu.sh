@@ -3,7 +3,7 @@
 # one after another (2 ranks each under torchrun, 127.0.0.1). Logs go to
 # OUT_ROOT/<scenario>/ (default tests/corpus/gloo).
 #
-#   PY=/work/corpus-venv/bin/python bash tests/corpus/generators/gpu/run_cpu.sh [OUT_ROOT] [scenario ...]
+#   PY=python bash tests/corpus/generators/gpu/run_cpu.sh [OUT_ROOT] [scenario ...]
 #
 # As root (and with unshare available) the whole run happens in a private
 # network namespace that has only the loopback interface, so nothing (the
