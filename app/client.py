@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -252,8 +252,10 @@ def submit(
                 raise
             # the diagnosis matters more than the Slack post: send it again without the channel
             log(f"logtriage: {exc.detail}; submitting without --notify")
-            opts.notify = None
-            resp = _post_with_retries(http, f"{base}/api/v1/analyses", body, opts, headers=headers, log=log)
+            body.opts = replace(opts, notify=None)
+            resp = _post_with_retries(
+                http, f"{base}/api/v1/analyses", body, body.opts, headers=headers, log=log
+            )
         if body.cut:
             log(
                 f"logtriage: sent the head and tail of {', '.join(body.cut)} "

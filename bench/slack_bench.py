@@ -34,9 +34,9 @@ from tests.slackfake import (  # noqa: E402
     BOT_TOKEN,
     SIGNING_SECRET,
     FakeSlack,
-    event_callback,
     fake_slack,
     file_share,
+    mention,
     post_event,
 )
 
@@ -93,15 +93,7 @@ def run(rounds: int, example: Path | None) -> None:
                             payload = file_share(channel, ts, [{"id": info["id"], "name": "rank2.log"}])
                         else:
                             text = f"<@UBOTLOGTR> why?\n```{pasted}```"
-                            payload = event_callback(
-                                {
-                                    "type": "app_mention",
-                                    "channel": channel,
-                                    "user": "U0B",
-                                    "text": text,
-                                    "ts": ts,
-                                }
-                            )
+                            payload = mention(channel, ts, text, user="U0B")
                         t0 = time.monotonic()
                         r = post_event(c, payload)
                         t_ack = time.monotonic() - t0

@@ -322,3 +322,13 @@ def file_share(
             "files": files,
         }
     )
+
+
+def mention(
+    channel: str, ts: str, text: str, *, user: str = "U0BOB0001", files: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """`@logtriage ...` in a channel (with the files shared in the same message, if any)."""
+    event: dict[str, Any] = {"type": "app_mention", "channel": channel, "user": user, "text": text, "ts": ts}
+    if files:
+        event["files"] = files
+    return event_callback(event)

@@ -23,9 +23,9 @@ from tests.slackfake import (
     BOT_TOKEN,
     SIGNING_SECRET,
     FakeSlack,
-    event_callback,
     fake_slack,
     file_share,
+    mention,
     post_event,
     post_form,
     sign,
@@ -226,9 +226,7 @@ def test_mention_with_a_pasted_log_in_a_code_block(bot: httpx.Client, fake: Fake
     text = f"<@UBOTLOGTR> our job died, what is it?\n```{training_log(NCCL_TIMEOUT, steps=3)}```"
     r = post_event(
         bot,
-        event_callback(
-            {"type": "app_mention", "channel": channel, "user": "U0BOB0001", "text": text, "ts": ts}
-        ),
+        mention(channel, ts, text),
     )
     assert r.status_code == 200
     fake.wait_for(lambda f: len(posts(f, channel)) == 1)
@@ -241,15 +239,7 @@ def test_a_mention_without_a_log_gets_help_not_an_analysis(bot: httpx.Client, fa
     channel = "C0HELPME01"
     post_event(
         bot,
-        event_callback(
-            {
-                "type": "app_mention",
-                "channel": channel,
-                "user": "U0BOB0001",
-                "text": "<@UBOTLOGTR> hi",
-                "ts": "1700000301.1",
-            }
-        ),
+        mention(channel, "1700000301.1", "<@UBOTLOGTR> hi"),
     )
     fake.wait_for(lambda f: len(posts(f, channel)) == 1)
     assert "/triage" in posts(fake, channel)[0]["text"] and not blocks_of(posts(fake, channel)[0])
@@ -350,15 +340,7 @@ def test_rate_limited_or_failed_post_is_retried(bot: httpx.Client, fake: FakeSla
     fake.fail("chat.postMessage", status=status, retry_after=0)
     post_event(
         bot,
-        event_callback(
-            {
-                "type": "app_mention",
-                "channel": channel,
-                "user": "U0BOB0001",
-                "text": "<@UBOTLOGTR>\n```" + training_log(NCCL_TIMEOUT, steps=3) + "```",
-                "ts": "1700000600.1",
-            }
-        ),
+        mention(channel, "1700000600.1", "<@UBOTLOGTR>\n```" + training_log(NCCL_TIMEOUT, steps=3) + "```"),
     )
     # the refused post and its retry are both recorded; the answer then completes (check mark)
     fake.wait_for(
@@ -381,28 +363,22 @@ def test_binary_and_huge_files_are_answered_with_a_clear_message(
     )
     post_event(
         bot,
-        event_callback(
-            {
-                "type": "app_mention",
-                "channel": channel,
-                "user": "U0FRAN001",
-                "text": "<@UBOTLOGTR>",
-                "ts": "1700000700.1",
-                "files": [{"id": big["id"], "name": "huge.log"}],
-            }
+        mention(
+            channel,
+            "1700000700.1",
+            "<@UBOTLOGTR>",
+            user="U0FRAN001",
+            files=[{"id": big["id"], "name": "huge.log"}],
         ),
     )
     post_event(
         bot,
-        event_callback(
-            {
-                "type": "app_mention",
-                "channel": channel,
-                "user": "U0FRAN001",
-                "text": "<@UBOTLOGTR>",
-                "ts": "1700000701.1",
-                "files": [{"id": binary["id"], "name": "weights.log"}],
-            }
+        mention(
+            channel,
+            "1700000701.1",
+            "<@UBOTLOGTR>",
+            user="U0FRAN001",
+            files=[{"id": binary["id"], "name": "weights.log"}],
         ),
     )
     fake.wait_for(lambda f: len(posts(f, channel, method="chat.postEphemeral")) == 2)
@@ -433,14 +409,11 @@ def test_planted_secrets_never_reach_slack(bot: httpx.Client, fake: FakeSlack) -
     post_event(bot, file_share(channel, ts, [{"id": info["id"], "name": info["name"]}]))
     post_event(
         bot,
-        event_callback(
-            {
-                "type": "app_mention",
-                "channel": channel,
-                "user": "U0GINA001",
-                "ts": "1700000801.1",
-                "text": f"<@UBOTLOGTR>\n```token={secrets[3]}\n{ECC.format(ip='10.1.1.1')}```",
-            }
+        mention(
+            channel,
+            "1700000801.1",
+            f"<@UBOTLOGTR>\n```token={secrets[3]}\n{ECC.format(ip='10.1.1.1')}```",
+            user="U0GINA001",
         ),
     )
     fake.wait_for(lambda f: len(posts(f, channel)) == 2)
@@ -469,6 +442,20 @@ def test_hook_notification_twice_posts_once_and_threads_the_repeat(
     top, again = posts(fake, channel)
     assert top.get("thread_ts") is None and analysis_id_of(top) == ids[0]
     assert again["thread_ts"] and "Again on job train-8" in again["text"] and ids[1] in again["text"]
+
+
+def test_hook_answered_before_its_analysis_is_done_still_notifies(bot: httpx.Client, fake: FakeSlack) -> None:
+    channel = "C0NOTIFY03"
+    r = bot.post(
+        API,
+        content=ECC_LOG,
+        params={"job_id": "async-1", "notify": channel},
+        headers={"Content-Type": "text/plain", "Prefer": "respond-async"},
+    )
+    assert r.status_code == 202, r.text  # answered at once; the post waits for the analysis
+    fake.wait_for(lambda f: len(posts(f, channel)) == 1)
+    assert analysis_id_of(posts(fake, channel)[0]) == r.json()["id"]
+    assert "hardware.gpu_ecc_error" in json.dumps(blocks_of(posts(fake, channel)[0]))
 
 
 def test_notify_needs_a_channel_id_and_a_configured_bot(bot: httpx.Client, client: httpx.Client) -> None:

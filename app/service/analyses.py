@@ -197,11 +197,6 @@ class AnalysisService:
         task.add_done_callback(self._forget)
         return Started(analysis_id, task)
 
-    def running(self, analysis_id: str) -> asyncio.Task[Completed] | None:
-        """The task of an analysis this process is still running (for work to do after it)."""
-        name = f"analysis-{analysis_id}"
-        return next((t for t in self._tasks if t.get_name() == name and not t.done()), None)
-
     async def register(self, analysis_id: str) -> bool:
         """Make sure the analysis has a row before its id is handed out to poll: a pending one,
         unless the writer is storing it right now; then this waits for that and returns True

@@ -35,6 +35,8 @@ class Submission:
     analysis_id: str
     completed: Completed | None
     replayed: bool = False
+    # still running in this process: work to do once it is done awaits it (a Slack notification)
+    pending: asyncio.Task[Completed] | None = None
 
     @property
     def done(self) -> bool:
@@ -72,7 +74,7 @@ async def submit(
     if not task.done() and await ctx.service.register(started.analysis_id):
         await asyncio.wait({task})
     if not task.done():
-        return Submission(started.analysis_id, None)
+        return Submission(started.analysis_id, None, pending=task)
     exc = None if task.cancelled() else task.exception()
     if task.cancelled() or exc is not None:
         await ctx.service.discard(started.analysis_id)

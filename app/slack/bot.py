@@ -280,7 +280,7 @@ class SlackBot:
     async def _on_command(
         self, ack: Callable[..., Awaitable[None]], command: dict[str, Any], context: Any
     ) -> None:
-        text = html.unescape(str(command.get("text") or "")).strip()
+        text = slack_text(str(command.get("text") or ""))
         channel, user = str(command.get("channel_id", "")), command.get("user_id")
         ref = ANALYSIS_REF.search(text) if len(text) < 300 else None
         if not text:
@@ -294,14 +294,13 @@ class SlackBot:
                 channel, user, lambda: self._post_stored(ref.group("id"), channel, user, base)
             )
             return
-        body = slack_text(text) if "```" in text else text
         await self._run(
             channel=channel,
             user=user,
             message_ts=None,
             thread_ts=None,
             base=base,
-            work=lambda spool: self._job_from(files=[], text=body, spool=spool),
+            work=lambda spool: self._job_from(files=[], text=text, spool=spool),
         )
 
     async def _on_shortcut(

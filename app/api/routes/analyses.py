@@ -168,8 +168,9 @@ async def create_analysis(
     base = base_url(request, ctx)
     if notify is not None and ctx.slack is not None and not submission.replayed:
         # posted after the answer: the hook's latency does not include Slack's
-        pending = None if submission.done else ctx.service.running(submission.analysis_id)
-        ctx.slack.notify_later(analysis_id=submission.analysis_id, channel=notify, base=base, pending=pending)
+        ctx.slack.notify_later(
+            analysis_id=submission.analysis_id, channel=notify, base=base, pending=submission.pending
+        )
     res = await asyncio.to_thread(ops.submission_resource, ctx, submission=submission, base=base)
     res = present.for_principal(res, principal)
     return _response(res, base=base, replayed=submission.replayed, applied=applied)
