@@ -126,3 +126,15 @@ def test_the_fix_text_is_in_the_message(server: LiveServer, client: httpx.Client
     msg = diagnosis(res, report_url=f"{server.url}/analyses/{res['id']}")
     fix = next(t for t in _texts(msg) if t.startswith("*What to do*"))
     assert "nvidia-smi" in fix and len(fix) <= MAX_SECTION
+
+
+def test_wrapped_remediation_lines_are_joined_and_code_blocks_kept() -> None:
+    from app.slack.blocks import mrkdwn
+
+    text = mrkdwn(
+        "Drain it:\n- find the GPU: `nvidia-smi` on\n  the node;\n- reset it.\nThen resume.\n```\na\nb\n```\nafter"
+    )
+    assert (
+        text
+        == "Drain it:\n• find the GPU: `nvidia-smi` on the node;\n• reset it. Then resume.\n```\na\nb\n```\nafter"
+    )

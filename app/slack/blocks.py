@@ -38,8 +38,10 @@ _MD_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>~])")
 def mrkdwn(markdown: str) -> str:
     """A remediation text (Markdown, the rule's own words plus values from the log inserted as
     escaped literals) as Slack mrkdwn: links and bold of the rule's text converted, the escapes
-    of inserted values undone only after that, so a value never becomes a link."""
-    out = escape(markdown)
+    of inserted values undone only after that, so a value never becomes a link. Lines wrapped in
+    the rule's source are joined (Slack shows every newline; a phone would show the wraps as
+    ragged breaks mid-sentence) and list items get Slack's bullet."""
+    out = escape(_unwrap(markdown))
     links: list[str] = []
 
     def link(m: re.Match[str]) -> str:
@@ -50,6 +52,22 @@ def mrkdwn(markdown: str) -> str:
     out = _MD_BOLD.sub(r"*\1*", out)
     out = _MD_ESCAPED.sub(r"\1", out)
     return re.sub("\x00(\\d+)\x00", lambda m: links[int(m.group(1))], out)
+
+
+_SOFT_BREAK = re.compile(r"[ \t]*\n(?![ \t]*(?:[-*+] |\d+[.)] |\n|$))[ \t]*")
+_LIST_ITEM = re.compile(r"^([ \t]*)[-*+] ", re.M)
+
+
+def _unwrap(markdown: str) -> str:
+    """Markdown's soft line breaks as spaces, outside code fences; `- item` as `• item`."""
+    parts = markdown.split("```")
+    for i in range(0, len(parts), 2):  # even parts lie outside the fences
+        text = parts[i]
+        body = text.strip("\n")  # the line breaks next to a fence stay
+        start = text.index(body) if body else 0
+        unwrapped = _LIST_ITEM.sub(r"\1• ", _SOFT_BREAK.sub(" ", body))
+        parts[i] = text[:start] + unwrapped + text[start + len(body) :]
+    return "```".join(parts)
 
 
 def escape(text: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 CSS = """
 body { font: 15px/1.46 -apple-system, 'Segoe UI', 'Helvetica Neue', Arial, sans-serif; margin: 0;
-       background: #fff; color: #1d1c1d; width: 760px; }
+       background: #fff; color: #1d1c1d; max-width: 760px; }
 .msg { display: flex; padding: 12px 20px; }
 .avatar { width: 36px; height: 36px; border-radius: 6px; background: #1f2937; color: #fff;
           font-weight: 700; display: flex; align-items: center; justify-content: center; margin-right: 10px; flex: none; }
