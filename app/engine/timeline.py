@@ -105,8 +105,12 @@ def collectives(probes: Iterable[tuple[str, str, Any]], year: int | None) -> lis
         if rank is None:
             continue
         pg = g.get("pg") or "0"
-        row = rows.setdefault((pg, rank), CollectiveRow(rank=rank, pg=pg))
+        row = rows.setdefault((pg, rank), CollectiveRow(rank=rank, pg=pg, pg_known=bool(g.get("pg"))))
         t = parse_time(rec.text, year_hint=year)
+        if name == "watchdog" and row.seq is not None and _int(g.get("seq")) != row.seq and not g.get("pg"):
+            # one rank timing out on several sequence numbers without a group id: the lines come
+            # from several process groups, so no sequence comparison across ranks holds
+            row.pg_known = False
         if name == "watchdog" and row.seq is None:
             row.seq = _int(g.get("seq"))
             row.op = g.get("op")
@@ -230,6 +234,26 @@ def judge_collectives(
             lo, hi = min(seq_of.values()), max(seq_of.values())
             behind = [rk for rk, s in seq_of.items() if s == lo]
             front = [rk for rk, s in seq_of.items() if s == hi]
+            enqueued = {r.last_enqueued for r in group}
+            if None not in enqueued and len(enqueued) == 1:
+                # every rank issued the same number of collectives; they differ only in how far
+                # the GPU got (a broadcast root or a ring neighbour finishes its part first)
+                summary = (
+                    f"{_who(sorted(timed))} issued the same collectives (last enqueued {enqueued.pop()}) "
+                    f"but {_who(behind)} completed fewer (blocked on sequence {lo}, the others on {hi}): "
+                    "the job waited on something outside them (a slow or dead rank, the network, a GPU)"
+                )
+                out.append(Verdict("straggler", summary, behind, seq=lo, evidence=ev))
+                continue
+            if None in enqueued and not all(r.pg_known for r in group):
+                # watchdog lines without a group id may come from different process groups
+                # (data, tensor, pipeline parallel), whose sequence numbers are unrelated
+                summary = (
+                    f"{_who(sorted(timed))} timed out on sequence numbers {lo} to {hi}; the lines do not "
+                    "name their process group, so they cannot be compared across ranks"
+                )
+                out.append(Verdict("uniform", summary, [], seq=lo, evidence=ev))
+                continue
             summary = (
                 f"ranks are blocked on different collectives: {_who(behind)} on sequence {lo}, "
                 f"{_who(front)} on {hi}: {_who(behind)} issued {hi - lo} collective(s) fewer - one "

@@ -100,6 +100,9 @@ class Line:
 class CollectiveRow:
     rank: int
     pg: str = "0"
+    # False when no line of this row named its process group (torch < 2.6 watchdog lines): then
+    # rows of different groups (data, tensor, pipeline parallel) may sit under one key
+    pg_known: bool = True
     seq: int | None = None
     op: str | None = None
     numel_in: int | None = None
