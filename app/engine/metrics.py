@@ -8,6 +8,8 @@ Layouts understood (one parser, tried in this order on a line):
 - `key: value` pairs: `step: 10, loss: 0.52, grad_norm: inf`
 - space-separated `key value` tables: `step 10 loss 0.5231 grad_norm 1.20 lr 1e-5`
 - W&B's run summary: `wandb:   train/loss 0.12345`
+- NVIDIA DLLogger's spaced colons: `Training Iteration: 2933  average_loss : nan  step_loss : 1.07`
+- a bare two-column table a training loop prints (`76980 2.6496`): step and an unnamed value
 
 A metric is a name with a number (or nan/inf). The parser only looks at lines that name one of
 the metrics it knows to be training signals (loss, grad norm, reward, kl, entropy, lr, step
@@ -69,9 +71,10 @@ _DICT = re.compile(r"\{[^{}]*\}")
 _DICT_PAIR = re.compile(rf"['\"](?P<k>[^'\"]+)['\"]\s*:\s*(?:tensor\()?(?P<v>{_NUM})")
 _DASH_PAIR = re.compile(rf"(?:^|\s-\s)(?P<k>[A-Za-z_][\w./-]*):\s*(?P<v>{_NUM})(?=\s+-\s|\s*$)")
 _EQ_PAIR = re.compile(rf"(?<![\w./-])(?P<k>[A-Za-z_][\w./-]*)\s*=\s*(?P<v>{_NUM})(?![\w.])")
-_COLON_PAIR = re.compile(rf"(?<![\w./-])(?P<k>{_KEY}):\s+(?P<v>{_NUM})(?![\w.:])")
+_COLON_PAIR = re.compile(rf"(?<![\w./-])(?P<k>{_KEY}) ?:\s+(?P<v>{_NUM})(?![\w.:])")
 _SPACE_PAIR = re.compile(rf"(?<![\w./-])(?P<k>[A-Za-z_][\w./-]*)\s+(?P<v>{_NUM})(?![\w.:])")
 _CONFIG_VALUE = re.compile(r"['\"]\s*:\s*(?:['\"]|True\b|False\b|None\b|\[)")
+_STEP_VALUE = re.compile(rf"^\s*(?P<step>\d+)\s+(?P<v>{_NUM})\s*$")
 _WANDB = re.compile(rf"^wandb:\s+(?P<k>[\w./-]+)\s+(?P<v>{_NUM})\s*$")
 _STEP_WORD = re.compile(r"(?<![\w./-])(?:step|iteration|iter)[\s:=]+(?P<step>\d+)\b", re.IGNORECASE)
 
@@ -136,6 +139,9 @@ def _pairs(line: str) -> list[tuple[str, str]]:
         found = [(p.group("k"), p.group("v")) for p in _DICT_PAIR.finditer(d.group(0))]
         if found:
             return found
+    sv = _STEP_VALUE.match(line)
+    if sv:
+        return [("step", sv.group("step")), ("value", sv.group("v"))]
     w = _WANDB.match(line.strip())
     if w:
         return [(w.group("k"), w.group("v"))]
@@ -220,8 +226,8 @@ class MetricSummary:
 
 SPIKE_FACTOR = 10.0  # a value this many times the median of the values before it
 SPIKE_MIN_HISTORY = 8
-# names whose size matters: a loss or a gradient norm blowing up; a learning rate or a step
-# count growing is normal
+# names whose size matters: a loss or a gradient norm blowing up; a learning rate, a step count
+# or an fp16 loss scale growing is normal
 _SPIKE_NAMES = ("loss", "grad_norm", "gradnorm", "grad norm", "kl")
 
 
@@ -238,7 +244,7 @@ def check(points: list[MetricPoint]) -> MetricSummary:
                     summary.issues.append(MetricIssue("not_finite", name, p.line, p.step, v))
                 continue
             past = history.setdefault(name, [])
-            spiky = any(s in name.replace("-", "_") for s in _SPIKE_NAMES)
+            spiky = any(s in name.replace("-", "_") for s in _SPIKE_NAMES) and "scale" not in name
             if spiky and len(past) >= SPIKE_MIN_HISTORY and ("spike", name) not in reported:
                 recent = sorted(abs(x) for x in past[-50:])
                 median = recent[len(recent) // 2]

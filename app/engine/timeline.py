@@ -53,9 +53,11 @@ from app.engine.timeline_model import (
 # --- probes: scanned everywhere by the main multi-pattern pass ------------------------------------
 
 _PG_RANK = r"\[PG (?:ID )?(?P<pg>\d+)(?!\d)[^\]]*?Rank (?P<prank>\d+)\]"
+# torch 2.6 prints a barrier's fingerprint without a separator or shapes:
+# "CollectiveFingerPrint(SequenceNumber=1OpType=BARRIER)"
 _FP = (
-    r"CollectiveFingerPrint\(SequenceNumber=(?P<s{0}>\d+), OpType=(?P<o{0}>\w+), "
-    r"TensorShape=\[(?P<shape_{0}>[^\]]*)\]"
+    r"CollectiveFingerPrint\(SequenceNumber=(?P<s{0}>\d+)(?:, )?OpType=(?P<o{0}>\w+)"
+    r"(?:, TensorShape=\[(?P<shape_{0}>[^\]]*)\])?"
 )
 PROBES: dict[str, str] = {
     "watchdog": (
@@ -290,13 +292,19 @@ def fingerprint_verdicts(probes: Iterable[tuple[str, str, Any]], year: int | Non
         if key in seen:
             continue
         seen.add(key)
-        a = f"rank {g.get('ra')}: {g.get('oa')} [{g.get('shape_a')}]"
-        b = f"rank {g.get('rb')}: {g.get('ob')} [{g.get('shape_b')}]"
+        a, b = (
+            f"rank {g.get('r' + x)}: {g.get('o' + x)}"
+            + (f" [{g['shape_' + x]}]" if g.get("shape_" + x) is not None else "")
+            for x in "ab"
+        )
+        where = f" at sequence {g.get('sa')}"
+        if g.get("sa") != g.get("sb"):
+            a, b, where = f"{a} at sequence {g.get('sa')}", f"{b} at sequence {g.get('sb')}", ""
         out.append(
             Verdict(
                 "mismatch",
                 f"torch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL) found ranks running different "
-                f"collectives at sequence {g.get('sa')}: {a} vs {b}",
+                f"collectives{where}: {a} vs {b}",
                 [],
                 "dist.collective_mismatch",
                 _int(g.get("sa")),
