@@ -11,7 +11,8 @@ Invariants:
   ranked;
 - among the rest, higher severity wins, then hardware over everything else, then the earliest
   occurrence, then confidence; an ``info`` finding leads only when nothing else is there, at a
-  reduced confidence;
+  reduced confidence; a catch-all (an unhandled traceback) only then and only when a specific
+  signature matched it (an assertion raised in a framework's own code);
 - nothing is guessed: a root cause needs ``MIN_ROOT_CONFIDENCE``. Below it (or with no
   candidate at all) the root cause is ``None``; the candidates below the threshold are returned
   as *possible causes* and the caller lists the evidence to collect next.
@@ -29,6 +30,9 @@ from app.engine.scan import RuleMatch
 FALLBACK_CLASSES = {"python.unhandled_exception"}
 MIN_ROOT_CONFIDENCE = 0.35
 INFO_ALONE = 0.6  # an info finding that leads alone keeps this share of its confidence
+# a catch-all finding matched this surely (a signature more specific than its rule's main
+# pattern) may lead when nothing else is there
+FALLBACK_LEADS_AT = 0.6
 
 
 @dataclass
@@ -106,7 +110,15 @@ def rank(matches: list[RuleMatch], library: Library) -> list[Ranked]:
     candidates = [r for r in unexplained if r.match.rule.severity is not Severity.info]
     alone = not candidates
     if alone:
-        candidates = unexplained  # only info findings: the best may lead, less certain
+        # only info findings: the best may lead, less certain; a catch-all only through a
+        # signature that says more than "a traceback ended" (a framework's own assertion)
+        candidates = unexplained + [
+            r
+            for r in items
+            if r.role != "symptom"
+            and r.failure_class in FALLBACK_CLASSES
+            and r.match.confidence >= FALLBACK_LEADS_AT
+        ]
     for r in candidates:
         r.confidence = _confidence(r, items, candidates, alone=alone)
     leaders = [r for r in candidates if r.confidence >= MIN_ROOT_CONFIDENCE]
