@@ -85,6 +85,7 @@ class MetricPoint:
     step: int | None
     values: dict[str, float]
     rank: int | None = None
+    megatron: bool = False  # Megatron's iteration line, whose omissions mean something
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -181,7 +182,7 @@ def parse_line(line: str, lineno: int) -> MetricPoint | None:
         sm = _STEP_WORD.search(line)
         if sm:
             step = int(sm.group("step"))
-    return MetricPoint(lineno, step, values)
+    return MetricPoint(lineno, step, values, megatron="|" in line and _MEGATRON.search(line) is not None)
 
 
 def parse_lines(lines: Iterable[tuple[int, str]], *, keep: int = 5000) -> list[MetricPoint]:
@@ -236,7 +237,10 @@ def check(points: list[MetricPoint]) -> MetricSummary:
     summary = MetricSummary(points)
     history: dict[str, list[float]] = {}
     reported: set[tuple[str, str]] = set()
+    streak: dict[str, int] = {}  # Megatron losses: in how many iteration lines in a row
     for p in points:
+        if p.megatron:
+            _megatron_dropped_loss(p, streak, reported, summary)
         for name, v in p.values.items():
             if math.isnan(v) or math.isinf(v):
                 if ("not_finite", name) not in reported:
@@ -264,3 +268,36 @@ def check(points: list[MetricPoint]) -> MetricSummary:
                     )
             past.append(v)
     return summary
+
+
+# Megatron's training_log writes a loss only `if avg > 0.0`: a NaN loss is left out of the line,
+# not printed as nan. Its losses come before "loss scale" and "grad norm", so a line that has
+# those but lacks a loss every recent line had is a loss that stopped being a number.
+_MEGATRON_AFTER_LOSSES = ("loss scale", "grad norm")
+_MEGATRON_STREAK = 2
+
+
+def _megatron_dropped_loss(
+    p: MetricPoint, streak: dict[str, int], reported: set[tuple[str, str]], summary: MetricSummary
+) -> None:
+    losses = {k for k in p.values if "loss" in k and k not in _MEGATRON_AFTER_LOSSES}
+    if any(k in p.values for k in _MEGATRON_AFTER_LOSSES):
+        for name, n in streak.items():
+            if name not in losses and n >= _MEGATRON_STREAK and ("not_finite", name) not in reported:
+                reported.add(("not_finite", name))
+                summary.issues.append(
+                    MetricIssue(
+                        "not_finite",
+                        name,
+                        p.line,
+                        p.step,
+                        math.nan,
+                        detail=f"{name} is missing from Megatron's iteration line at step {p.step}: "
+                        "Megatron leaves out a loss that is NaN",
+                    )
+                )
+    for name in list(streak):
+        if name not in losses:
+            streak[name] = 0
+    for name in losses:
+        streak[name] = streak.get(name, 0) + 1
