@@ -2,10 +2,11 @@
 
 `real/`: logs produced here by running the real software (torch 2.13 CPU/gloo, torchrun, Ray).
 `public/`: a held-out set of publicly posted log excerpts, collected without looking at the rules;
-85.2% at first contact (tests/corpus/public/first-contact.json), and not tuned on since.
-`fresh/`: a second blind set (issue 13), scored at first contact
-(tests/corpus/fresh/first-contact.json) before any rule was changed for it. It gets floors once
-the work on it is done; until then it is measured (`logtriage eval --split fresh`), not gated.
+85.2% at first contact (tests/corpus/public/first-contact.json); 90.7% before issue 13's work.
+`fresh/`: a second blind set (issue 13), scored at first contact (77.3%,
+tests/corpus/fresh/first-contact.json) before any rule was changed for it, then worked on: both
+are tuned sets now, so these floors guard against regressions, they no longer measure recall on
+unseen logs (the next blind set will).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from app.engine.evaluation import evaluate_corpus
 from app.engine.scan import CompiledLibrary
 from tests.conftest import ROOT
 
-FLOORS = {"real": 1.0, "public": 0.85}
+FLOORS = {"real": 1.0, "public": 0.96, "fresh": 0.97}
 
 
 def test_corpus_accuracy_floors(compiled: CompiledLibrary) -> None:
@@ -35,10 +36,18 @@ def test_corpus_accuracy_floors(compiled: CompiledLibrary) -> None:
 def test_a_confident_prediction_is_rarely_wrong(compiled: CompiledLibrary) -> None:
     # Never guess: when logtriage names a class (not `unknown`), it should be right.
     report = evaluate_corpus(compiled, ROOT / "tests" / "corpus")
-    named = [c for c in report.cases if c.predicted != "unknown" and c.split != "fresh"]
+    named = [c for c in report.cases if c.predicted != "unknown"]
     wrong = [c for c in named if c.predicted != c.expected]
-    assert len(named) >= 50
-    assert len(wrong) / len(named) <= 0.03, [c.file for c in wrong]
+    assert len(named) >= 140
+    assert len(wrong) / len(named) <= 0.02, [c.file for c in wrong]
+
+
+def test_no_false_alarm_on_a_healthy_or_ordinary_log(compiled: CompiledLibrary) -> None:
+    # the negatives: healthy runs, harmless warnings, ordinary user bugs, near-misses
+    report = evaluate_corpus(compiled, ROOT / "tests" / "corpus")
+    negatives = [c for c in report.cases if c.expected == "unknown"]
+    assert len(negatives) >= 40
+    assert [c.file for c in negatives if c.predicted != "unknown"] == []
 
 
 def test_calibration_table_counts_named_root_causes_by_band() -> None:
