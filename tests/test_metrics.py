@@ -53,6 +53,13 @@ GPU = "tests/corpus/gpu"
             {"loss": 0.9842, "grad_norm": 1.4024, "step_time": 1.047, "reward_mean": 0.5195, "lr": 0.05},
         ),
         ("wandb:   train/loss 0.12345", None, {"train/loss": 0.12345}),
+        (  # NVIDIA DLLogger: a space before each colon
+            "DLL 2020-06-04 01:09:11.569757 - Training Epoch: 0 Training Iteration: 2933  average_loss : nan  "
+            "step_loss : 1.0703125  learning_rate : 0.003161792362931437",
+            2933,
+            {"average_loss": math.nan, "step_loss": 1.0703125, "learning_rate": 0.003161792362931437},
+        ),
+        ("76980 nan", 76980, {"value": math.nan}),  # a bare step/value table
     ],
 )
 def test_layouts(line: str, step: int | None, expect: dict[str, float]) -> None:
@@ -94,6 +101,45 @@ def test_non_finite_and_spikes_are_found_once_each() -> None:
 
 def test_a_growing_learning_rate_or_step_count_is_no_spike() -> None:
     lines = [(i + 1, f"step {i * 1000} loss 0.5 lr {1e-7 * 10 ** min(i, 6):g}") for i in range(20)]
+    assert check(parse_lines(lines)).issues == []
+
+
+def test_a_rising_fp16_loss_scale_is_no_spike() -> None:
+    lines = [(i + 1, f"step {i} loss 0.5 loss_scale: {2.0 ** min(i, 16):g}") for i in range(30)]
+    assert check(parse_lines(lines)).issues == []
+
+
+def _megatron(step: int, loss: str | None, tail: str = "| loss scale: 1.0 | grad norm: 0.75 |") -> str:
+    lm = f" lm loss: {loss} |" if loss is not None else ""
+    return f" iteration {step:8d}/    8000 | learning rate: 6.680E-06 | global batch size:    64 |{lm} {tail}"
+
+
+def test_a_loss_megatron_leaves_out_of_its_line_is_not_finite() -> None:
+    # Megatron's training_log prints a loss only when it is > 0: a NaN loss vanishes from the line
+    lines = [
+        (1, _megatron(3383, "7.334521E-01")),
+        (2, _megatron(3384, "7.072597E-01")),
+        (3, _megatron(3385, None)),
+    ]
+    (issue,) = check(parse_lines(lines)).issues
+    assert (issue.kind, issue.name, issue.line, issue.step) == ("not_finite", "lm loss", 3, 3385)
+    assert math.isnan(issue.value) and "missing from Megatron's iteration line" in issue.detail
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        _megatron(3385, None, tail=""),  # cut before the keys that follow the losses: nothing to say
+        _megatron(3385, "7.1E-01"),  # the loss is there
+    ],
+)
+def test_a_megatron_line_cut_short_or_complete_is_no_missing_loss(last: str) -> None:
+    lines = [(1, _megatron(3383, "7.334521E-01")), (2, _megatron(3384, "7.072597E-01")), (3, last)]
+    assert check(parse_lines(lines)).issues == []
+
+
+def test_one_earlier_line_is_not_enough_to_call_a_loss_missing() -> None:
+    lines = [(1, _megatron(3384, "7.072597E-01")), (2, _megatron(3385, None))]
     assert check(parse_lines(lines)).issues == []
 
 

@@ -163,6 +163,37 @@ def test_traceback_alone_is_never_a_root_cause(compiled: CompiledLibrary, tmp_pa
     assert b.root_cause is None
 
 
+FRAMEWORK_ASSERT = """Traceback (most recent call last):
+  File "/workspace/megatron/megatron/training/training.py", line 1555, in training_log
+    assert decoupled_learning_rate is not None
+AssertionError
+"""
+
+
+def test_a_framework_assertion_alone_leads_at_low_confidence(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    a = _triage(compiled, tmp_path, {"j.log": FRAMEWORK_ASSERT})
+    assert a.root_cause is not None and a.root_cause.failure_class == "python.unhandled_exception"
+    assert 0.35 <= a.root_cause.confidence < 0.5
+    # the same assertion in the user's own script is an ordinary bug: nothing is named
+    b = _triage(
+        compiled, tmp_path, {"k.log": FRAMEWORK_ASSERT.replace("/workspace/megatron/megatron", "/home/me")}
+    )
+    assert b.root_cause is None
+
+
+def test_a_framework_assertion_never_outranks_a_known_error(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    a = _triage(
+        compiled,
+        tmp_path,
+        {"j.log": "RuntimeError: CUDA out of memory. Tried to allocate 2 GiB\n" + FRAMEWORK_ASSERT},
+    )
+    assert a.root_cause is not None and a.root_cause.failure_class == "cuda.out_of_memory"
+
+
 def test_handled_traceback_long_before_a_clean_end_is_not_masking(
     compiled: CompiledLibrary, tmp_path: Path
 ) -> None:

@@ -41,6 +41,45 @@ def test_ranks_on_different_sequences_are_a_desync_naming_the_one_behind() -> No
     assert (v.kind, v.ranks, v.failure_class, v.seq) == ("desync", [1], "dist.collective_mismatch", 30)
 
 
+def test_different_sequences_without_a_group_id_are_not_compared() -> None:
+    # torch < 2.6 watchdog lines carry no process-group id: rank 0's line may come from the
+    # tensor-parallel group and rank 7's from the data-parallel one
+    rows = [_row(0, 96120), _row(7, 64088)]
+    for r in rows:
+        r.pg_known = False
+    (v,) = judge_collectives(rows, {0, 7})
+    assert v.failure_class is None and v.kind == "uniform" and "cannot be compared" in v.summary
+    # the same rows with their group known are a desync
+    for r in rows:
+        r.pg_known = True
+    (d,) = judge_collectives(rows, {0, 7})
+    assert d.failure_class == "dist.collective_mismatch"
+
+
+def test_ranks_that_enqueued_the_same_work_but_completed_less_are_not_a_desync() -> None:
+    # both issued 6464 collectives; rank 3 finished one fewer (vllm-project/vllm#23448)
+    rows = [_row(0, 5730, enq=6464, done=5729), _row(3, 5729, enq=6464, done=5728)]
+    (v,) = judge_collectives(rows, {0, 3})
+    assert (v.kind, v.ranks, v.failure_class) == ("straggler", [3], None)
+    assert "issued the same collectives" in v.summary
+
+
+def test_watchdog_lines_of_one_rank_on_several_sequences_mark_the_group_unknown(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    log = tmp_path / "nemo.log"
+    log.write_text(
+        "[E ProcessGroupNCCL.cpp:458] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=96120, "
+        "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 25624887 milliseconds before timing out.\n"
+        "[E ProcessGroupNCCL.cpp:458] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=96125, "
+        "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 25625593 milliseconds before timing out.\n"
+        "[E ProcessGroupNCCL.cpp:458] [Rank 7] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=64088, "
+        "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 25625251 milliseconds before timing out.\n"
+    )
+    a = _analyse(compiled, log)
+    assert a.root_cause is not None and a.root_cause.failure_class == "nccl.collective_timeout"
+
+
 def test_same_sequence_different_size_is_a_mismatch_and_the_rank_ahead_is_named() -> None:
     rows = [_row(0, 161, numel=1, enq=161, done=160), _row(1, 161, numel=32_800_000, enq=184, done=160)]
     (v,) = judge_collectives(rows, {0, 1})
@@ -106,6 +145,21 @@ def test_torchs_own_mismatch_check_is_read(compiled: CompiledLibrary) -> None:
     assert (
         "TensorShape" not in a.timeline["verdict"]["summary"] and "[17]" in a.timeline["verdict"]["summary"]
     )
+
+
+def test_torch_2_6s_barrier_fingerprint_without_separator_is_read(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    log = tmp_path / "barrier.log"
+    log.write_text(
+        "  RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=1OpType=BARRIER), but Rank 2 is running collective: "
+        "CollectiveFingerPrint(SequenceNumber=0OpType=BARRIER).\n"
+    )
+    a = _analyse(compiled, log)
+    assert a.root_cause is not None and a.root_cause.failure_class == "dist.collective_mismatch"
+    summary = a.timeline["verdict"]["summary"]
+    assert "rank 1: BARRIER at sequence 1 vs rank 2: BARRIER at sequence 0" in summary
 
 
 def test_a_rank_that_exits_silently_is_named_from_its_last_line(compiled: CompiledLibrary) -> None:
