@@ -7,6 +7,8 @@ superset (what a prefilter would match), which is fair for a throughput comparis
 
 from __future__ import annotations
 
+import re
+
 from app.engine.scan import CompiledLibrary
 
 _CLASS_IN_BRACKET = {"d": "0-9", "s": "[:space:]", "w": "[:alnum:]_", "t": "\t"}
@@ -21,6 +23,18 @@ _CLASS = {
 }
 
 
+def _class_end(p: str, i: int) -> int:
+    """The index after the `]` closing the character class that opens at p[i]."""
+    j = i + 1
+    if j < len(p) and p[j] == "^":
+        j += 1
+    if j < len(p) and p[j] == "]":
+        j += 1
+    while j < len(p) and p[j] != "]":
+        j += 2 if p[j] == "\\" else 1
+    return j + 1
+
+
 def to_ere(p: str) -> str:
     out: list[str] = []
     i, n = 0, len(p)
@@ -28,6 +42,10 @@ def to_ere(p: str) -> str:
         c = p[i]
         if c == "\\" and i + 1 < n:
             nxt = p[i + 1]
+            if nxt == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", p[i + 2 : i + 4]):
+                out.append(chr(int(p[i + 2 : i + 4], 16)))  # ERE has no \x escape: the byte itself
+                i += 4
+                continue
             out.append(_CLASS.get(nxt, "\\" + nxt if not nxt.isalnum() or nxt in "bB" else nxt))
             i += 2
         elif c == "[":
@@ -69,6 +87,9 @@ def to_ere(p: str) -> str:
                 while j < n:
                     if p[j] == "\\":
                         j += 2
+                        continue
+                    if p[j] == "[":  # a class may hold parentheses: skip it whole
+                        j = _class_end(p, j)
                         continue
                     depth += p[j] == "("
                     depth -= p[j] == ")"
