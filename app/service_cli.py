@@ -225,7 +225,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from app.api.serve import serve_reuseport
 
         return serve_reuseport(
-            host=settings.host, port=settings.port, workers=settings.workers, log_level=settings.log_level
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            log_level=settings.log_level,
+            recycle_growth=settings.worker_recycle_growth,
+            recycle_after_s=settings.worker_recycle_after_s,
         )
     from app.api.protocol import uvicorn_http
 

@@ -60,6 +60,22 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="`logtriage serve`: interface to bind.")
     port: int = Field(default=8000, ge=0, le=65535, description="`logtriage serve`: TCP port.")
     workers: int = Field(default=1, ge=1, description="`logtriage serve`: uvicorn worker processes.")
+    worker_recycle_growth: float = Field(
+        default=0.08,
+        ge=0,
+        le=10,
+        description="`serve --workers N` (N >= 2): a web worker whose memory (RSS) stays more than this "
+        "fraction above its size once warm, for `worker_recycle_after_s`, is replaced: a new worker takes "
+        "over its listening socket, then the old one finishes its requests and analyses and exits "
+        "(0 = never).",
+    )
+    worker_recycle_after_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=86400,
+        description="How long a worker must stay above `worker_recycle_growth` before it is replaced "
+        "(the allocator trims every 10 s: a short peak is given back without a restart).",
+    )
     analysis_workers: int = Field(
         default=2,
         ge=1,

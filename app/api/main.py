@@ -23,6 +23,7 @@ from app.api import accesslog, errors, memory
 from app.api.authcache import AuthCache
 from app.api.context import AppContext
 from app.api.routes import analyses, health, rules, slack, stats
+from app.api.serve import notify_warm
 from app.blobstore import open_blob_store
 from app.db import repo
 from app.db.migrate import ensure_current
@@ -138,6 +139,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await asyncio.to_thread(compile_templates, app.state.ctx.templates)
             await pool.warmup()
             freeze_startup_heap()  # everything long-lived is built by now
+            notify_warm()  # a supervisor recycling this worker measures its growth from here
 
         warm = asyncio.create_task(_warm())
         trim = asyncio.create_task(app.state.trimmer.run())

@@ -1,11 +1,25 @@
-"""Several server processes on one port, balanced by the kernel (SO_REUSEPORT).
+"""Several server processes on one port, balanced by the kernel (SO_REUSEPORT), recycled when
+they grow.
 
 uvicorn's own `--workers` shares one listening socket between processes; asyncio accepts
 connections in batches, so under load the first process to wake takes most of them and the
 others idle (measured: one of two workers served ~all requests of a 50-connection load). Here
-each worker binds its own socket with SO_REUSEPORT and the kernel spreads new connections by
-hash. The supervisor forwards SIGINT/SIGTERM and restarts a worker that dies, giving up when a
-worker keeps dying at start.
+each worker *slot* has its own socket with SO_REUSEPORT and the kernel spreads new connections by
+hash.
+
+Invariants:
+- the supervisor binds and holds every slot's listening socket for its whole life and hands it
+  to the slot's worker. A worker that exits (crash, restart, recycling) closes only its copy:
+  connections waiting in the slot's accept queue stay there for the next worker instead of being
+  reset, which closing the last copy of a SO_REUSEPORT listener would do;
+- recycling starts the replacement on the same socket first and retires the old worker only
+  once the new one is warm; the old one then stops accepting, finishes its requests and its
+  analyses (no short deadline) and exits. At most one slot is recycled at a time;
+- a worker is recycled when its RSS stays above its warm size by more than
+  `worker_recycle_growth` for `worker_recycle_after_s`: what a burst leaves behind that the
+  allocator trim (app.api.memory) cannot give back;
+- the supervisor forwards SIGINT/SIGTERM, restarts a worker that dies, and gives up when a
+  worker keeps dying at start.
 """
 
 from __future__ import annotations
@@ -17,13 +31,30 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from app.errors import ServiceUnavailableError
 
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import Event
+
 RESTART_WINDOW = 10.0  # a worker that dies sooner than this after starting counts as a crash loop
 MAX_QUICK_DEATHS = 3
+RETIRE_SIGNAL = signal.SIGUSR1
+RETIRE_GRACE_S = 900  # a retiring worker's in-flight requests (a 1 GB upload) get this long
+STOP_GRACE_S = 30  # on SIGTERM to the server
+WARM_TIMEOUT_S = 300  # a replacement that is not warm by then is dropped, the old one kept
+
+_warm: Event | None = None  # set in a worker process by the supervisor
+
+
+def notify_warm() -> None:
+    """Called by the app once its start-up work is done (templates, scan pool, heap frozen)."""
+    if _warm is not None:
+        _warm.set()
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -32,6 +63,7 @@ def _bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
+    sock.listen(2048)
     return sock
 
 
@@ -42,26 +74,61 @@ def _watch_parent(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _worker(host: str, port: int, log_level: str, parent: int) -> None:
+def _worker(sock: socket.socket, log_level: str, parent: int, warm: Event) -> None:
     import uvicorn
 
     from app.api.protocol import uvicorn_http
 
+    global _warm
+    _warm = warm
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    sock = _bind(host, port)
-    sock.listen(2048)
     config = uvicorn.Config(
         "app.api.main:create_app",
         factory=True,
         log_level=log_level,
         proxy_headers=True,
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=STOP_GRACE_S,
         http=uvicorn_http(),  # request heads bounded: 431, not unbounded memory
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    server = uvicorn.Server(config)
+
+    def retire(_signum: int, _frame: FrameType | None) -> None:
+        server.config.timeout_graceful_shutdown = RETIRE_GRACE_S
+        server.should_exit = True
+
+    signal.signal(RETIRE_SIGNAL, retire)
+    server.run(sockets=[sock])
 
 
-def serve_reuseport(*, host: str, port: int, workers: int, log_level: str) -> int:
+def rss_bytes(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class _Slot:
+    sock: socket.socket
+    proc: BaseProcess
+    warm: Event
+    started: float
+    floor: int | None = None  # smallest RSS seen since warm: the size it should come back to
+    above_since: float | None = None
+    retiring: list[BaseProcess] = field(default_factory=list)
+    next: tuple[BaseProcess, Event, float] | None = None  # the replacement, until it is warm
+
+
+def serve_reuseport(
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    log_level: str,
+    recycle_growth: float = 0.0,
+    recycle_after_s: float = 60.0,
+) -> int:
     # Any same-user SO_REUSEPORT socket may join a port: probe with a plain bind first, which
     # conflicts with every listener there (another logtriage included), so a second server fails.
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
@@ -69,43 +136,109 @@ def serve_reuseport(*, host: str, port: int, workers: int, log_level: str) -> in
     try:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind((host, port))
+        if port == 0:
+            port = probe.getsockname()[1]
     except OSError as exc:
         raise ServiceUnavailableError(f"cannot bind {host}:{port}: {exc.strerror}") from None
     finally:
         probe.close()
     ctx = multiprocessing.get_context("spawn")
     stop = threading.Event()
+    poll_s = min(0.5, recycle_after_s / 4)
 
-    def start() -> tuple[BaseProcess, float]:
-        p = ctx.Process(target=_worker, args=(host, port, log_level, os.getpid()), name="logtriage-worker")
+    def start(sock: socket.socket) -> tuple[BaseProcess, Event, float]:
+        warm = ctx.Event()
+        p = ctx.Process(target=_worker, args=(sock, log_level, os.getpid(), warm), name="logtriage-worker")
         p.start()
-        return p, time.monotonic()
+        return p, warm, time.monotonic()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    procs = [start() for _ in range(workers)]
+    slots = [_Slot(s, *start(s)) for s in (_bind(host, port) for _ in range(workers))]
     quick_deaths = 0
     try:
-        while not stop.wait(0.5):
-            for i, (p, started) in enumerate(procs):
-                if p.is_alive():
+        while not stop.wait(poll_s):
+            for slot in slots:
+                slot.retiring = [p for p in slot.retiring if p.is_alive()]
+                if slot.next is not None and _replace(slot):
                     continue
-                quick_deaths = quick_deaths + 1 if time.monotonic() - started < RESTART_WINDOW else 0
-                if quick_deaths >= MAX_QUICK_DEATHS:
-                    print("logtriage: server workers keep dying at start; stopping", file=sys.stderr)
-                    stop.set()
-                    break
-                print(f"logtriage: worker {p.pid} exited ({p.exitcode}); restarting it", file=sys.stderr)
-                procs[i] = start()
+                if not slot.proc.is_alive():
+                    if time.monotonic() - slot.started < RESTART_WINDOW:
+                        quick_deaths += 1
+                    else:
+                        quick_deaths = 0
+                    if quick_deaths >= MAX_QUICK_DEATHS:
+                        print("logtriage: server workers keep dying at start; stopping", file=sys.stderr)
+                        stop.set()
+                        break
+                    print(
+                        f"logtriage: worker {slot.proc.pid} exited ({slot.proc.exitcode}); restarting it",
+                        file=sys.stderr,
+                    )
+                    slot.proc, slot.warm, slot.started = start(slot.sock)
+                    slot.floor = slot.above_since = None
+                    continue
+                busy = any(s.next is not None or s.retiring for s in slots)
+                if recycle_growth > 0 and not busy and _grown(slot, recycle_growth, recycle_after_s):
+                    rss = rss_bytes(slot.proc.pid or 0) or 0
+                    print(
+                        f"logtriage: worker {slot.proc.pid} stays at {rss >> 20} MiB, above its warm "
+                        f"{(slot.floor or 0) >> 20} MiB; replacing it",
+                        file=sys.stderr,
+                    )
+                    slot.next = start(slot.sock)
     finally:
-        for p, _ in procs:
+        procs = [p for s in slots for p in (s.proc, *s.retiring, *([s.next[0]] if s.next else []))]
+        for p in procs:
             if p.is_alive():
                 p.terminate()  # SIGTERM: uvicorn finishes in-flight requests, then exits
-        for p, _ in procs:
-            p.join(35)
+        for p in procs:
+            p.join(STOP_GRACE_S + 5)
             if p.is_alive():
                 p.kill()
+        for s in slots:
+            s.sock.close()
     return 0 if quick_deaths < MAX_QUICK_DEATHS else 3
+
+
+def _grown(slot: _Slot, growth: float, after_s: float) -> bool:
+    if not slot.warm.is_set() or slot.proc.pid is None:
+        return False
+    rss = rss_bytes(slot.proc.pid)
+    if rss is None:
+        return False
+    now = time.monotonic()
+    if slot.floor is None or rss < slot.floor:
+        slot.floor = rss
+    if rss <= slot.floor * (1 + growth):
+        slot.above_since = None
+        return False
+    if slot.above_since is None:
+        slot.above_since = now
+    return now - slot.above_since >= after_s
+
+
+def _replace(slot: _Slot) -> bool:
+    """Advance a recycling: once the replacement is warm it takes the slot and the old worker
+    retires. True while the slot is busy with it."""
+    assert slot.next is not None
+    new, warm, started = slot.next
+    if not new.is_alive() or time.monotonic() - started > WARM_TIMEOUT_S:
+        print("logtriage: the replacement worker did not start; keeping the old one", file=sys.stderr)
+        if new.is_alive():
+            new.kill()
+        slot.next = None
+        slot.above_since = None
+        return False
+    if not warm.is_set():
+        return True
+    old = slot.proc
+    slot.proc, slot.warm, slot.started = new, warm, started
+    slot.next, slot.floor, slot.above_since = None, None, None
+    if old.is_alive() and old.pid is not None:
+        os.kill(old.pid, RETIRE_SIGNAL)
+        slot.retiring.append(old)
+    return True
