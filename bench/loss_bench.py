@@ -93,6 +93,8 @@ def main() -> int:
     p.add_argument("--big", default="1G")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--port", type=int, default=18471)
+    p.add_argument("--recycle-growth", type=float, default=0.08, help="as LOGTRIAGE_WORKER_RECYCLE_GROWTH")
+    p.add_argument("--settle-s", type=float, default=240, help="how long to wait for the workers to be back")
     args = p.parse_args()
     lt = shutil.which("logtriage", path=str(Path(sys.executable).parent)) or "logtriage"
     OUT.mkdir(parents=True, exist_ok=True)
@@ -108,7 +110,12 @@ def main() -> int:
     load_bench._psql("DROP DATABASE IF EXISTS logtriage_loss")
     load_bench._psql("CREATE DATABASE logtriage_loss")
     data = Path(tempfile.mkdtemp(prefix="logtriage-loss-"))
-    env = {**os.environ, "LOGTRIAGE_DATABASE_URL": PG, "LOGTRIAGE_DATA_DIR": str(data)}
+    env = {
+        **os.environ,
+        "LOGTRIAGE_DATABASE_URL": PG,
+        "LOGTRIAGE_DATA_DIR": str(data),
+        "LOGTRIAGE_WORKER_RECYCLE_GROWTH": str(args.recycle_growth),
+    }
     server = subprocess.Popen(
         [lt, "serve", "--host", "127.0.0.1", "--port", str(args.port), "--workers", str(args.workers)],
         env=env,
@@ -123,11 +130,17 @@ def main() -> int:
     def web_rss() -> list[int]:
         """RSS (MiB) of each web worker: the server's direct children (their scan workers,
         grandchildren, are measured by api_upload_bench)."""
+        return sorted(rss for _, rss in web_workers())
+
+    def web_workers() -> list[tuple[int, int]]:
+        """(pid, RSS MiB) of the supervisor's spawned workers (not multiprocessing's resource
+        tracker, also its child)."""
         out = []
         for child in psutil.Process(server.pid).children():
             with contextlib.suppress(psutil.Error):
-                out.append(child.memory_info().rss >> 20)
-        return sorted(out)
+                if any("spawn_main" in part for part in child.cmdline()):
+                    out.append((child.pid, child.memory_info().rss >> 20))
+        return out
 
     try:
         load_bench._wait_ready(args.port)
@@ -171,8 +184,18 @@ def main() -> int:
             t.join()
         took = time.perf_counter() - t0
         rss_after = web_rss()
+        pids_after = {pid for pid, _ in web_workers()}
         time.sleep(3 * memory.TRIM_EVERY_S + 2)  # idle: the trimmer runs three times
         rss_settled = web_rss()
+        # then until every worker is back within the recycling threshold of its warm size,
+        # given back by the allocator or recycled by the supervisor (LOGTRIAGE_WORKER_RECYCLE_*)
+        limit = max(rss_idle) * (1 + args.recycle_growth)
+        t_back = time.perf_counter()
+        while time.perf_counter() - t_back < args.settle_s and max(web_rss() or [0]) > limit:
+            time.sleep(1.0)
+        rss_back = web_rss()
+        back_s = round(time.perf_counter() - t_back + 3 * memory.TRIM_EVERY_S + 2, 1)
+        recycled = len(pids_after - {pid for pid, _ in web_workers()})
         statuses = Counter(s for s, _ in results.values())
         accepted = [job for job, (s, _) in results.items() if s in (200, 201)]
         stored = _count(accepted) if accepted else 0
@@ -191,6 +214,9 @@ def main() -> int:
                 "idle": rss_idle,
                 "after": rss_after,
                 "after_32s_idle": rss_settled,
+                "back": rss_back,
+                "back_after_s": back_s,
+                "workers_recycled": recycled,
             },
         }
         mb = len(head) / 1e6
@@ -198,7 +224,8 @@ def main() -> int:
         print(f"  statuses {dict(statuses)}; accepted {len(accepted)}, stored (done) {stored}; {took:.1f} s")
         print(
             f"  web workers' RSS MiB: started {rss_started}, idle after warm-up {rss_idle}, "
-            f"after the burst {rss_after}, 32 s later {rss_settled}"
+            f"after the burst {rss_after}, 32 s later {rss_settled}, {back_s} s later {rss_back} "
+            f"({recycled} worker(s) recycled)"
         )
         if big_result:
             done = float(big_result.get("done_seconds", 0))  # type: ignore[arg-type]
