@@ -29,7 +29,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.servicekit import ECC, free_port, training_log  # noqa: E402
+from tests.servicekit import ECC, free_port, training_log, wait_ready  # noqa: E402
 from tests.slackfake import (  # noqa: E402
     BOT_TOKEN,
     SIGNING_SECRET,
@@ -56,14 +56,8 @@ def serve(data: Path, fake: FakeSlack, port: int) -> subprocess.Popen[bytes]:
         env=env,
         cwd=REPO,
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
+    if wait_ready(f"http://127.0.0.1:{port}", proc=proc):
+        return proc
     proc.kill()
     raise SystemExit("server did not become ready")
 

@@ -97,6 +97,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_ready(url: str, *, proc: subprocess.Popen[Any] | None = None, timeout: float = 120) -> bool:
+    """Poll `url`/readyz until it answers 200 (True), the deadline passes or `proc` exits (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return True
+        time.sleep(0.2)
+    return False
+
+
 class LiveServer:
     """The real app under uvicorn in a background thread, bound to 127.0.0.1."""
 

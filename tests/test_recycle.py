@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.servicekit import ECC, ROOT, cli_env, free_port, make_settings, training_log, wait_done
+from tests.servicekit import ECC, ROOT, cli_env, free_port, make_settings, training_log, wait_done, wait_ready
 
 API = "/api/v1/analyses"
 
@@ -72,15 +72,7 @@ def test_grown_workers_are_replaced_while_requests_keep_coming(db_url: str, tmp_
     lock = threading.Lock()
     done = threading.Event()
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert server.poll() is None, (tmp_path / "server.err").read_text()
-            time.sleep(0.1)
+        assert wait_ready(url, proc=server), (tmp_path / "server.err").read_text()
         first = _workers(server.pid)
         assert len(first) == 2
 

@@ -25,6 +25,7 @@ from tests.servicekit import (
     make_settings,
     run_cli,
     training_log,
+    wait_ready,
 )
 
 
@@ -42,17 +43,7 @@ def test_serve_starts_on_a_fresh_machine(tmp_path: Path) -> None:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        ready = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                ready = httpx.get(f"{url}/readyz", timeout=2)
-                if ready.status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        assert ready is not None and ready.status_code == 200, proc.stdout.read() if proc.stdout else ""
+        assert wait_ready(url, proc=proc, timeout=60), proc.stdout.read() if proc.stdout else ""
         r = httpx.post(
             f"{url}/api/v1/analyses",
             content=training_log(OOM.format(gib="1")),
@@ -166,13 +157,8 @@ def _serve_workers(tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.2)
+    if wait_ready(f"http://127.0.0.1:{port}", proc=proc, timeout=60):
+        return proc
     raise AssertionError("serve --workers 2 did not become ready")
 
 
