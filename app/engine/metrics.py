@@ -126,13 +126,17 @@ def to_float(text: str) -> float | None:
         return None
 
 
-def _pairs(line: str) -> list[tuple[str, str]]:
+def _megatron_pairs(line: str) -> list[tuple[str, str]] | None:
     m = _MEGATRON.search(line)
-    if m:
-        return [
-            ("iteration", m.group("step")),
-            *((p.group("k"), p.group("v")) for p in _PIPE_PAIR.finditer(line + "|")),
-        ]
+    if m is None:
+        return None
+    return [
+        ("iteration", m.group("step")),
+        *((p.group("k"), p.group("v")) for p in _PIPE_PAIR.finditer(line + "|")),
+    ]
+
+
+def _pairs(line: str) -> list[tuple[str, str]]:
     d = _DICT.search(line)
     if d and ":" in d.group(0):
         if _CONFIG_VALUE.search(d.group(0)):
@@ -165,7 +169,8 @@ def parse_line(line: str, lineno: int) -> MetricPoint | None:
         return None
     values: dict[str, float] = {}
     step: int | None = None
-    for key, raw in _pairs(line):
+    megatron = _megatron_pairs(line)
+    for key, raw in megatron if megatron is not None else _pairs(line):
         name = normalise_name(key)
         v = to_float(raw)
         if v is None:
@@ -182,7 +187,7 @@ def parse_line(line: str, lineno: int) -> MetricPoint | None:
         sm = _STEP_WORD.search(line)
         if sm:
             step = int(sm.group("step"))
-    return MetricPoint(lineno, step, values, megatron="|" in line and _MEGATRON.search(line) is not None)
+    return MetricPoint(lineno, step, values, megatron=megatron is not None)
 
 
 def parse_lines(lines: Iterable[tuple[int, str]], *, keep: int = 5000) -> list[MetricPoint]:
