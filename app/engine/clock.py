@@ -27,6 +27,8 @@ _SYSLOG = re.compile(
     r"(?<![\w])(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>[0-3]?\d) "
     r"(?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-5]\d)(?: (?P<y>20\d\d))?"
 )
+# every form but epoch seconds holds this clock time: one search rules the four out on most lines
+_ANY_HMS = re.compile(r"[0-2]\d:[0-5]\d:[0-5]\d")
 _EPOCH = re.compile(r"(?<![\d.])(?P<sec>1[5-9]\d{8})(?:\.(?P<frac>\d{1,6}))?(?![\d.])")
 
 SEARCH_CHARS = 160  # a timestamp sits in the first columns of a line, after launcher prefixes
@@ -51,11 +53,22 @@ def year_of(text: str) -> int | None:
 def parse_time(text: str, *, year_hint: int | None = None) -> float | None:
     """Seconds since the epoch (UTC) of the first timestamp near the start of a line, or None."""
     head = text[:SEARCH_CHARS]
+    if _ANY_HMS.search(head):
+        found, t = _clock_time(head, year_hint)
+        if found:  # an ISO date with month 13 is no time at all, not a cue to look for epoch seconds
+            return t
+    m = _EPOCH.search(head)
+    if m:
+        return int(m.group("sec")) + _frac(m.group("frac"))
+    return None
+
+
+def _clock_time(head: str, year_hint: int | None) -> tuple[bool, float | None]:
     m = _ISO.search(head)
     if m:
         if not (1 <= int(m.group("mo")) <= 12):
-            return None
-        return _seconds(
+            return True, None
+        return True, _seconds(
             int(m.group("y")), int(m.group("mo")), int(m.group("d")), int(m.group("h")),
             int(m.group("mi")), int(m.group("s")), _frac(m.group("frac")),
         )  # fmt: skip
@@ -63,21 +76,18 @@ def parse_time(text: str, *, year_hint: int | None = None) -> float | None:
     for rx in (_GLOG, _MMDD):
         m = rx.search(head)
         if m and 1 <= int(m.group("mo")) <= 12:
-            return _seconds(
+            return True, _seconds(
                 year, int(m.group("mo")), int(m.group("d")), int(m.group("h")), int(m.group("mi")),
                 int(m.group("s")), _frac(m.group("frac")),
             )  # fmt: skip
     m = _SYSLOG.search(head)
     if m:
         y = int(m.group("y")) if m.group("y") else year
-        return _seconds(
+        return True, _seconds(
             y, _MONTHS[m.group("mon")], int(m.group("d")), int(m.group("h")), int(m.group("mi")),
             int(m.group("s")), 0.0,
         )  # fmt: skip
-    m = _EPOCH.search(head)
-    if m:
-        return int(m.group("sec")) + _frac(m.group("frac"))
-    return None
+    return False, None
 
 
 def iso(seconds: float | None) -> str | None:

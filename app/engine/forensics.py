@@ -175,10 +175,14 @@ _MASKS = [
     (re.compile(r"\b\d+/\d+\b"), "#/#"),
 ]
 
+_DIGIT = re.compile(r"\d")
+
 
 def normalise(message: str) -> str:
     """A progress line as every rank of the same program prints it."""
     out = message.strip()
+    if not _DIGIT.search(out):
+        return out[:200]  # every mask needs a digit
     for rx, sub in _MASKS:
         out = rx.sub(sub, out)
     return out[:200]

@@ -59,7 +59,9 @@ def _prefixes_for(first: str) -> list[tuple[str, regex.Pattern[str]]]:
 
 # The searches below each get a literal that every match contains: a plain `in` test skips the
 # search on the many lines without it (the NCCL search costs tens of µs on a long line).
-_NCCL = regex.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL ")
+# The look-behind starts the host only where a name starts: the same leftmost match, without
+# retrying the greedy name from every character of every word before it
+_NCCL = regex.compile(r"(?<![\w.-])(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL ")
 _NCCL_MARK = "] NCCL "
 _REPEATED = regex.compile(r"\[repeated (?P<n>\d+)x across cluster\]\s*$")
 _REPEATED_MARK = "[repeated "

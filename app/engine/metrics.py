@@ -19,6 +19,7 @@ beyond the tail it is given (app.engine.scan keeps each file's last lines for it
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable
@@ -102,14 +103,20 @@ def metric_text(raw: bytes) -> str:
     return text
 
 
+_SPACES = re.compile(r"\s+")
+
+
+# metric names repeat on every line of a run: both are cached so a line costs its regex searches
+@functools.lru_cache(maxsize=4096)
 def normalise_name(key: str) -> str:
-    return re.sub(r"\s+", " ", key.strip().lower())
+    return _SPACES.sub(" ", key.strip().lower())
 
 
 # settings that name a signal (`max_grad_norm: 1.0`, `warmup_lr`), not a measurement of it
 _SETTING_PREFIXES = ("max_", "min_", "init", "warmup", "target_", "clip_", "log_", "num_", "decay", "base_")
 
 
+@functools.lru_cache(maxsize=4096)
 def is_signal(name: str) -> bool:
     n = name.replace("-", "_")
     if n.rsplit("/", 1)[-1].startswith(_SETTING_PREFIXES):
@@ -163,9 +170,12 @@ def _pairs(line: str) -> list[tuple[str, str]]:
     return [(p.group("k"), p.group("v")) for p in _SPACE_PAIR.finditer(line)]
 
 
+_NUMERIC_CHAR = re.compile(r"[\dnNiI]")  # a digit, or the first letter of nan / inf
+
+
 def parse_line(line: str, lineno: int) -> MetricPoint | None:
     """The metrics one line reports, or None when it reports no training signal."""
-    if len(line) > 8192 or not any(c.isdigit() or c in "nNiI" for c in line):
+    if len(line) > 8192 or not _NUMERIC_CHAR.search(line):
         return None
     values: dict[str, float] = {}
     step: int | None = None
@@ -237,6 +247,11 @@ SPIKE_MIN_HISTORY = 8
 _SPIKE_NAMES = ("loss", "grad_norm", "gradnorm", "grad norm", "kl")
 
 
+@functools.lru_cache(maxsize=4096)
+def _spiky(name: str) -> bool:
+    return any(s in name.replace("-", "_") for s in _SPIKE_NAMES) and "scale" not in name
+
+
 def check(points: list[MetricPoint]) -> MetricSummary:
     """Non-finite values of any signal; spikes of losses, grad norms and KL."""
     summary = MetricSummary(points)
@@ -253,7 +268,7 @@ def check(points: list[MetricPoint]) -> MetricSummary:
                     summary.issues.append(MetricIssue("not_finite", name, p.line, p.step, v))
                 continue
             past = history.setdefault(name, [])
-            spiky = any(s in name.replace("-", "_") for s in _SPIKE_NAMES) and "scale" not in name
+            spiky = _spiky(name)
             if spiky and len(past) >= SPIKE_MIN_HISTORY and ("spike", name) not in reported:
                 recent = sorted(abs(x) for x in past[-50:])
                 median = recent[len(recent) // 2]

@@ -9,6 +9,7 @@ from typing import Any
 
 from app.engine.clock import iso
 from app.engine.forensics import CallSite, Progress
+from app.engine.gate import gated
 
 # --- phases and noise --------------------------------------------------------------------------
 
@@ -30,16 +31,32 @@ PHASES: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
 ]
-_NOISE = re.compile(
-    r"GET /metrics|/health|heartbeat|\[repeated \d+x|it/s\]$|^\s*$|Waiting for|still alive|keepalive", re.I
+_NOISE = gated(
+    r"GET /metrics|/health|heartbeat|\[repeated \d+x|it/s\]$|^\s*$|Waiting for|still alive|keepalive",
+    (
+        "get /metrics",
+        "/health",
+        "heartbeat",
+        "[repeated ",
+        "it/s]",
+        "waiting for",
+        "still alive",
+        "keepalive",
+    ),
+    leading_space=True,
 )
-_FAILURE = re.compile(
+_FAILURE = gated(
     r"Traceback|Error|Exception|FAILED|Watchdog|timed out|\btime ?out\b(?![=:\s]*[\d.])|terminat|abort|"
     r"Signal \d+|exitcode|what\(\)|"
     r"frame #|SIGTERM|Sending process|Stack trace|dump|Some NCCL operations|To avoid data inconsistency|"
     r"PG status|Exception raised from|^\s+File \"|^\s+\S.*\^+$|Received a dump signal|preparing to dump",
-    re.I,
-)
+    (
+        "traceback", "error", "exception", "failed", "watchdog", "timed out", "time", "terminat", "abort",
+        "signal ", "exitcode", "what()", "frame #", "sigterm", "sending process", "stack trace", "dump",
+        "some nccl operations", "to avoid data inconsistency", "pg status",
+    ),
+    leading_space=True,
+)  # fmt: skip
 
 
 _PHASE_FIELD = re.compile(r"\bphase[=:]\s*['\"]?(?P<p>[A-Za-z_]+)")

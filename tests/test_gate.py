@@ -1,0 +1,94 @@
+"""The literal gate in front of the timeline's wide alternations must never change a verdict.
+
+`Gated.search` skips the regex when none of its literals is in the line; that is only sound if every
+match of the pattern contains a literal (or sits on a blank/indented line). This checks it the hard
+way: every line of every real log the project holds, plus variants that move the words around.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from app.engine import timeline_model
+from app.engine.gate import Gated, gated
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _corpus_lines() -> list[str]:
+    files = [
+        *sorted((ROOT / "tests" / "corpus").rglob("*.log")),
+        *sorted((ROOT / "rules").rglob("*.log")),
+        *sorted((ROOT / "examples").rglob("*.log")),
+    ]
+    seen: set[str] = set()
+    for path in files:
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            seen.add(line)
+    return sorted(seen)
+
+
+def _variants(line: str) -> list[str]:
+    stripped = line.strip()
+    return [
+        line,
+        line.upper(),
+        line.lower(),
+        line.swapcase(),
+        stripped,
+        "  " + stripped,
+        "\t" + stripped,
+        "[rank3]: " + stripped,
+        "\x1b[31m" + stripped + "\x1b[0m",
+        stripped[len(stripped) // 2 :],
+        stripped[: len(stripped) // 2],
+    ]
+
+
+LINES = _corpus_lines()
+GATES = {"failure": timeline_model._FAILURE, "noise": timeline_model._NOISE}
+
+
+def test_the_corpus_is_big_enough_to_mean_something() -> None:
+    assert len(LINES) > 5000
+
+
+@pytest.mark.parametrize("name", sorted(GATES))
+def test_gate_agrees_with_the_plain_regex_on_every_corpus_line(name: str) -> None:
+    gate = GATES[name]
+    plain = re.compile(gate.pattern.pattern, re.I)
+    hits = 0
+    disagreements = []
+    for line in LINES:
+        for text in _variants(line):
+            want = plain.search(text) is not None
+            got = gate.search(text) is not None
+            hits += want
+            if want != got:
+                disagreements.append(text)
+    assert not disagreements[:20]
+    # The gate must have been exercised on both sides, not trivially agreeing on "no match".
+    assert hits > 100
+
+
+def test_a_gate_with_a_missing_literal_is_caught_by_this_check() -> None:
+    # "exception" dropped from the literals: lines that say only "Exception" now slip through.
+    broken = Gated(re.compile(r"Error|Exception", re.I), ("error",))
+    plain = re.compile(r"Error|Exception", re.I)
+    missed = [t for t in LINES if plain.search(t) and not broken.search(t)]
+    assert missed
+
+
+def test_leading_space_lets_anchored_alternatives_through() -> None:
+    gate = gated(r'^\s+File "', ("traceback",), leading_space=True)
+    assert gate.search('  File "train.py", line 3, in <module>')
+    assert not gate.search('File "train.py"')
+    assert gated(r'^\s+File "', ("traceback",)).search('  File "x"') is None
+
+
+def test_literals_must_be_lowercase() -> None:
+    with pytest.raises(ValueError):
+        gated("Error", ("Error",))
