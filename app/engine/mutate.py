@@ -50,6 +50,14 @@ def drop_comments(text: str) -> str:
     return "\n".join(line for line in _lines(text) if not line.startswith("# ")) + "\n"
 
 
+def wrapped(text: str, width: int = 64) -> str:
+    """Every line cut into rows of a terminal's width, as copied from tmux or a web console."""
+    rows = []
+    for line in _lines(text):
+        rows.extend([line[i : i + width] for i in range(0, len(line), width)] or [""])
+    return "\n".join(rows) + "\n"
+
+
 MUTATIONS: dict[str, Mutation] = {
     "ray-prefix": _each("(WorkerDict pid=90412, ip=10.12.0.33) "),
     "ray-repeated": _each("(RolloutWorker pid=311, ip=10.0.0.5) [repeated 3x across cluster] "),
@@ -62,4 +70,5 @@ MUTATIONS: dict[str, Mutation] = {
     "crlf": crlf,
     "glog": glog,
     "no-comments": drop_comments,
+    "wrapped": wrapped,
 }

@@ -27,6 +27,7 @@ from app.engine.library import Library, Rule
 from app.engine.lines import LineContext, normalise, parse_context
 from app.engine.matcher import Matcher, PatternSpec, build_matcher
 from app.engine.metrics import MetricIssue, MetricPoint, check, metric_text, parse_lines
+from app.engine.unwrap import joined_lines
 
 CHUNK = 256 * 1024
 MAX_VERIFY_CHARS = 16_384
@@ -343,7 +344,9 @@ class _Scanner:
                 break
         self.result.lines = line_base
         if mtail:
-            read_metrics(self.result, ((base, data) for data, base in mtail))
+            blocks = [(base, data) for data, base in mtail]
+            read_metrics(self.result, blocks)
+            rescan_wrapped(self.compiled, self.result, blocks)
         if tail and ctx_matcher is not None:
             for data, base in tail:
                 hits.clear()
@@ -511,7 +514,7 @@ def scan_source(compiled: CompiledLibrary, src: Source, *, budget: ByteBudget) -
     finally:
         opened.close()
     if context is not None and src.path is not None:
-        read_file_tail_metrics(result, src.path, start=0)
+        read_file_tail_metrics(result, src.path, start=0, compiled=compiled)
     return result
 
 
@@ -519,9 +522,9 @@ METRIC_TAIL_BYTES = 1 << 20  # the end of each file is read for training metrics
 TAIL_KEEP_LINES = 2000  # of it, the last lines kept for the timeline (each rank's last sign of life)
 
 
-def read_file_tail_metrics(result: FileScan, path: Path, *, start: int) -> None:
+def read_file_tail_metrics(result: FileScan, path: Path, *, start: int, compiled: CompiledLibrary) -> None:
     """Parse the metrics of a plain file's last METRIC_TAIL_BYTES (`start`: the offset the
-    result's line numbers count from)."""
+    result's line numbers count from) and scan the lines a terminal wrapped there again."""
     with path.open("rb") as fh:
         size = fh.seek(0, os.SEEK_END)
         begin = max(start, size - METRIC_TAIL_BYTES)
@@ -531,7 +534,65 @@ def read_file_tail_metrics(result: FileScan, path: Path, *, start: int) -> None:
         nl = data.find(b"\n")
         data = data[nl + 1 :] if nl >= 0 else b""  # from the first whole line
     n = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    read_metrics(result, [(result.lines - n, data)])
+    blocks = [(result.lines - n, data)]
+    read_metrics(result, blocks)
+    rescan_wrapped(compiled, result, blocks)
+
+
+def rescan_wrapped(compiled: CompiledLibrary, result: FileScan, blocks: list[tuple[int, bytes]]) -> None:
+    """Scan the rows a terminal wrapped in the tail as the lines they were (app/engine/unwrap.py).
+    A pattern's hit on a joined line counts only where no row of it matched on its own, so a
+    sentence found whole is never counted twice."""
+    groups = joined_lines(blocks)
+    if not groups:
+        return
+    buf = bytearray(b"\n".join(g.text for g in groups) + b"\n")
+    sub = FileScan(name=result.name, rank_hint=result.rank_hint)
+    # answered detectors stay answered (their single-shot patterns are skipped)
+    sub.facts = dict(result.facts)
+    sub.frameworks = dict(result.frameworks)
+    scanner = _Scanner(compiled, sub)
+    compiled.matcher.scan(memoryview(buf), scanner.hits)
+    if compiled.context_matcher is not None:
+        compiled.context_matcher.scan(memoryview(buf), scanner.hits)
+    if not scanner.hits:
+        return
+    scanner._verify(buf, len(buf), 0)
+    for name, fact in sub.facts.items():
+        if name not in result.facts:
+            result.facts[name] = (fact[0], groups[fact[1] - 1].first)
+    for fw, version in sub.frameworks.items():
+        if result.frameworks.get(fw) is None:
+            result.frameworks[fw] = version
+    for pid, got in sub.accs.items():
+        acc = result.accs.get(pid)
+        recs = {id(r): r for r in [*got.samples, *([got.last] if got.last else [])]}
+        for rec in sorted(recs.values(), key=lambda r: r.line):
+            g = groups[rec.line - 1]
+            if acc is not None:
+                i = bisect.bisect_left(acc.lines, g.first)
+                if i < len(acc.lines) and acc.lines[i] <= g.last:
+                    continue
+            if acc is None:
+                acc = result.accs[pid] = PatternAcc()
+            rec.line = g.first
+            _insert(acc, rec)
+
+
+def _insert(acc: PatternAcc, rec: HitRecord) -> None:
+    """PatternAcc.add for a hit that may lie before hits already kept (line numbers stay sorted)."""
+    acc.count += rec.ctx.repeats
+    if len(acc.lines) < MAX_LINES:
+        bisect.insort(acc.lines, rec.line)
+    if len(acc.samples) < SAMPLES:
+        acc.samples.append(rec)
+        acc.samples.sort(key=lambda r: r.line)
+    if acc.last is None or acc.last.line <= rec.line:
+        acc.last = rec
+    if rec.ctx.rank is not None and len(acc.ranks) < MAX_SET:
+        acc.ranks.add(rec.ctx.rank)
+    if rec.ctx.where and len(acc.hosts) < MAX_SET:
+        acc.hosts.add(rec.ctx.where)
 
 
 def read_metrics(result: FileScan, blocks: Iterable[tuple[int, bytes]]) -> None:
@@ -581,7 +642,7 @@ def scan_range(compiled: CompiledLibrary, src: Source, start: int, end: int) -> 
     finally:
         reader.close()
     if end >= size:
-        read_file_tail_metrics(result, src.path, start=start)
+        read_file_tail_metrics(result, src.path, start=start, compiled=compiled)
     return result
 
 
