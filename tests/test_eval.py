@@ -6,7 +6,9 @@
 `fresh/`: a second blind set (issue 13), scored at first contact (77.3%,
 tests/corpus/fresh/first-contact.json) before any rule was changed for it, then worked on: both
 are tuned sets now, so these floors guard against regressions, they no longer measure recall on
-unseen logs (the next blind set will).
+unseen logs.
+`fresh2/`: the third blind set, scored at first contact (88.0%, tests/corpus/fresh2/first-contact.json,
+rules of b6167bd) before any rule was changed for it; tuned since, like the others.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from app.engine.evaluation import evaluate_corpus
 from app.engine.scan import CompiledLibrary
 from tests.conftest import ROOT
 
-FLOORS = {"real": 1.0, "public": 0.96, "fresh": 0.97}
+FLOORS = {"real": 1.0, "public": 0.98, "fresh": 0.97, "fresh2": 0.97}
 
 
 def test_corpus_accuracy_floors(compiled: CompiledLibrary) -> None:
