@@ -42,3 +42,39 @@ def test_mutations_change_the_text(fn: str) -> None:
     text = "RuntimeError: CUDA error: uncorrectable ECC error encountered\nstep 3\n"
     out = MUTATIONS[fn](text)
     assert out != text and "uncorrectable ECC error encountered" in out
+
+
+def _context(lr_rule) -> int:  # type: ignore[no-untyped-def]
+    # lines around the anchor a rule may need: its `all`/`not` window (the widest of its signatures)
+    matches = [m for m in [lr_rule.match, *lr_rule.signatures] if m is not None]
+    return max((m.window for m in matches if m.all or m.not_), default=0)
+
+
+@pytest.mark.parametrize("cut", ["start", "end"])
+def test_rules_match_an_excerpt_cut_to_their_own_lines(
+    compiled: CompiledLibrary, tmp_path: Path, cut: str
+) -> None:
+    """Whoever copies a log keeps a few lines around the error: a fixture cut just before (or
+    just after) the rule's evidence, keeping only the window the rule declares, still matches."""
+    failed = []
+    n = 0
+    for lr, fixture in fixture_cases(compiled.library):
+        if ".match" not in fixture.name:
+            continue
+        sources, _ = collect_sources([str(fixture)])
+        a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+        found = [f for f in a.findings if f.rule_id == lr.rule.id]
+        assert found, f"{lr.rule.id}: {fixture.name} does not match uncut"
+        lines = fixture.read_text(encoding="utf-8", errors="replace").splitlines()
+        ev = [e.line for e in found[0].evidence] or [found[0].first_line]
+        w = _context(lr.rule)
+        kept = lines[max(0, min(ev) - 1 - w) :] if cut == "start" else lines[: max(ev) + w]
+        if len(kept) == len(lines):
+            continue  # nothing to cut: the evidence is at the edge already
+        n += 1
+        variant = tmp_path / fixture.name
+        variant.write_text("\n".join(kept) + "\n", encoding="utf-8")
+        if not _fires(compiled, lr.rule.id, variant):
+            failed.append(f"{lr.rule.id}: {fixture.name} (evidence lines {ev}, window {w})")
+    assert n >= 50
+    assert not failed, f"{len(failed)} of {n} fixtures stop matching cut at the {cut}:\n" + "\n".join(failed)
