@@ -226,3 +226,47 @@ def test_an_impossible_value_points_upstream_not_at_its_face_value(compiled, tmp
     )
     b = _analyse(compiled, ordinary)
     assert b.root_cause is not None and b.root_cause.failure_class == "cuda.out_of_memory"
+
+
+def _ds(step: int, skipped: int) -> str:
+    return (
+        "[2021-11-26 03:07:16,494] [INFO] [logging.py:69:log_dist] [Rank 0] "
+        f"step={step}, skipped={skipped}, lr=[0.001, 0.001], mom=[0.0, 0.0]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("step", "skipped", "fires"),
+    [
+        (2000, 1995, True),  # nearly every step overflowed
+        (1000, 500, True),
+        (2000, 12, False),  # the loss-scale search at the start of a healthy run
+        (60, 55, False),  # too early to tell: fp16 skips many of its first steps
+        (100, 180, False),  # more skipped than taken: some other counter
+    ],
+)
+def test_a_run_that_skips_most_optimizer_steps(step: int, skipped: int, fires: bool) -> None:
+    s = check(parse_lines([(1, _ds(50, 10)), (2, _ds(step, skipped))]))
+    got = [(i.kind, i.line, i.value, i.step) for i in s.issues if i.kind == "skipped"]
+    assert got == ([("skipped", 2, float(skipped), step)] if fires else [])
+
+
+def test_skipped_steps_lead_as_non_finite_gradients(compiled, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "train.log"
+    lines = [
+        f"{{'loss': {v}, 'learning_rate': 0.001, 'epoch': 0.0{i}}}" for i, v in enumerate([6.26, 0.0, 0.0])
+    ]
+    log.write_text("\n".join([*lines, _ds(1000, 40), _ds(2000, 1995), "{'loss': 0.0, 'epoch': 0.08}"]) + "\n")
+    a = _analyse(compiled, log)
+    assert a.root_cause is not None and a.root_cause.rule_id == "fp16-steps-skipped"
+    assert a.root_cause.failure_class == "numerics.nan_or_inf"
+    assert a.root_cause.captures == {"metric": "skipped", "value": "1995", "step": "2000", "baseline": "2000"}
+    assert "1995 of the first 2000 optimizer steps were skipped" in a.root_cause.remediation
+
+
+def test_a_grad_norm_blowing_up_after_a_few_points_is_a_spike() -> None:
+    # a sparse excerpt: four logged points of a healthy norm, then twenty times it
+    norms = [0.24, 0.27, 1.36, 1.28, 17.2, 7.1, 21.8]
+    lines = [(i + 1, f"{{'loss': 0.5, 'grad_norm': {g}, 'epoch': 0.1{i}}}") for i, g in enumerate(norms)]
+    s = check(parse_lines(lines))
+    assert [(i.kind, i.name, i.line) for i in s.issues] == [("spike", "grad_norm", 5)]

@@ -206,6 +206,7 @@ class FixtureExpect(Strict):
 TRIGGER_CAPTURES: dict[str, set[str]] = {
     "metric_not_finite": {"metric", "value", "step"},
     "metric_spike": {"metric", "value", "step", "baseline"},
+    "metric_steps_skipped": {"metric", "value", "step", "baseline"},
     "collective_desync": {"ranks", "seq", "summary"},
     "rank_exited": {"ranks", "seq", "summary"},
 }
@@ -229,7 +230,14 @@ class Rule(Strict):
     # Metric triggers fire on the training metrics parsed from the logs' last lines
     # (app.engine.metrics): a value that is not finite, or a loss/grad-norm spike.
     trigger: (
-        Literal["exit_status_masked", "metric_not_finite", "metric_spike", "collective_desync", "rank_exited"]
+        Literal[
+            "exit_status_masked",
+            "metric_not_finite",
+            "metric_spike",
+            "metric_steps_skipped",
+            "collective_desync",
+            "rank_exited",
+        ]
         | None
     ) = None
     explains: list[Annotated[str, Field(pattern=CLASS_ID)]] = Field(default_factory=list)

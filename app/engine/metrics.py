@@ -217,7 +217,7 @@ def parse_lines(lines: Iterable[tuple[int, str]], *, keep: int = 5000) -> list[M
 
 @dataclass
 class MetricIssue:
-    kind: str  # not_finite | spike | above
+    kind: str  # not_finite | spike | skipped
     name: str
     line: int
     step: int | None
@@ -241,7 +241,9 @@ class MetricSummary:
 
 
 SPIKE_FACTOR = 10.0  # a value this many times the median of the values before it
-SPIKE_MIN_HISTORY = 8
+# posted excerpts keep a handful of logged points ("..." between them); four give a median, and
+# the 10x factor keeps early-training noise out (no spike on the 69 labelled negatives nor the baseline runs)
+SPIKE_MIN_HISTORY = 4
 # names whose size matters: a loss or a gradient norm blowing up; a learning rate, a step count
 # or an fp16 loss scale growing is normal
 _SPIKE_NAMES = ("loss", "grad_norm", "gradnorm", "grad norm", "kl")
@@ -287,7 +289,35 @@ def check(points: list[MetricPoint]) -> MetricSummary:
                         )
                     )
             past.append(v)
+        _skipped_most(p, reported, summary)
     return summary
+
+
+# DeepSpeed's fp16 optimizer logs a running count of the steps it skipped because the gradients
+# overflowed ("step=2000, skipped=1995"); after the first few hundred steps of loss-scale search
+# a run that still skips most of them is not training at all: its gradients are inf/NaN every step
+SKIP_MIN_STEPS = 100
+SKIP_FRACTION = 0.5
+
+
+def _skipped_most(p: MetricPoint, reported: set[tuple[str, str]], summary: MetricSummary) -> None:
+    skipped = p.values.get("skipped")
+    if skipped is None or p.step is None or p.step < SKIP_MIN_STEPS or ("skipped", "skipped") in reported:
+        return
+    if skipped > p.step or skipped < SKIP_FRACTION * p.step:
+        return  # more skipped than taken is another counter, not DeepSpeed's
+    reported.add(("skipped", "skipped"))
+    summary.issues.append(
+        MetricIssue(
+            "skipped",
+            "skipped",
+            p.line,
+            p.step,
+            skipped,
+            baseline=float(p.step),
+            detail=f"{skipped:g} of {p.step} optimizer steps skipped (gradient overflow)",
+        )
+    )
 
 
 # Megatron's training_log writes a loss only `if avg > 0.0`: a NaN loss is left out of the line,

@@ -372,7 +372,11 @@ def _check_plausibility(matches: list[RuleMatch]) -> list[str]:
     return notes
 
 
-METRIC_TRIGGERS = {"metric_not_finite": "not_finite", "metric_spike": "spike"}
+METRIC_TRIGGERS = {
+    "metric_not_finite": "not_finite",
+    "metric_spike": "spike",
+    "metric_steps_skipped": "skipped",
+}
 
 
 def metric_matches(library: Library, scans: list[FileScan], *, seen: set[str]) -> list[RuleMatch]:
