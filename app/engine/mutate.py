@@ -66,6 +66,8 @@ MUTATIONS: dict[str, Mutation] = {
     "srun-label": _each("7: "),
     "pdsh-host": _each("gpu-node-12: "),
     "kubectl-timestamp": _each("2026-11-23T18:52:58.388123456Z "),
+    # the node's own container log (/var/log/pods/...): CRI timestamp, stream and full-line tag
+    "cri-log": _each("2026-11-23T18:52:58.388123456Z stderr F "),
     "ansi": ansi,
     "crlf": crlf,
     "glog": glog,
