@@ -10,6 +10,7 @@ unseen logs.
 `fresh2/`: the third blind set, scored at first contact (88.0%, tests/corpus/fresh2/first-contact.json,
 rules of b6167bd) before any rule was changed for it; tuned since, like the others.
 `fresh3/`: the fourth, collected after issue 13's work: 83.7% at first contact (4c5de09); tuned since.
+`fresh4/`: the fifth, after the upstream-wording harvest: 83.1% at first contact (fdc81de); tuned since.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from app.engine.evaluation import evaluate_corpus
 from app.engine.scan import CompiledLibrary
 from tests.conftest import ROOT
 
-FLOORS = {"real": 1.0, "public": 0.98, "fresh": 0.97, "fresh2": 0.97, "fresh3": 0.95}
+FLOORS = {"real": 1.0, "public": 0.98, "fresh": 0.97, "fresh2": 0.97, "fresh3": 0.95, "fresh4": 0.97}
 
 
 def test_corpus_accuracy_floors(compiled: CompiledLibrary) -> None:
