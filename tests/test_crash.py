@@ -39,13 +39,24 @@ def _start(settings: Any) -> tuple[subprocess.Popen[str], str]:
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
-    while True:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return proc, url
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.1)
+    try:
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    return proc, url
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.1)
+    except BaseException:
+        _kill(proc)  # a server that never came up is still this test's to stop
+        raise
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
 
 
 def _upload(c: httpx.Client, rng: random.Random, n: int) -> httpx.Response:
@@ -93,16 +104,17 @@ def test_kill_9_at_random_points_loses_nothing_acknowledged_and_leaves_no_orphan
         threads = [threading.Thread(target=client) for _ in range(3)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 120
-        while len(acked) < target:  # kill in the middle of the traffic, not before it starts
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        time.sleep(rng.random() * 0.05)  # and at a random point of what is in flight
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-        stop.set()
-        for t in threads:
-            t.join(60)
+        try:
+            deadline = time.monotonic() + 120
+            while len(acked) < target:  # kill in the middle of the traffic, not before it starts
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            time.sleep(rng.random() * 0.05)  # and at a random point of what is in flight
+        finally:
+            _kill(proc)
+            stop.set()
+            for t in threads:
+                t.join(60)
     proc, url = _start(settings)  # the start after the last crash sweeps
     try:
         with httpx.Client(base_url=url, timeout=30) as c:
