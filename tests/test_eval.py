@@ -11,6 +11,7 @@ unseen logs.
 rules of b6167bd) before any rule was changed for it; tuned since, like the others.
 `fresh3/`: the fourth, collected after issue 13's work: 83.7% at first contact (4c5de09); tuned since.
 `fresh4/`: the fifth, after the upstream-wording harvest: 83.1% at first contact (fdc81de); tuned since.
+`fresh5/`: the sixth, after more of the harvest: 88.9% at first contact (2800784); tuned since.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from app.engine.evaluation import evaluate_corpus
 from app.engine.scan import CompiledLibrary
 from tests.conftest import ROOT
 
-FLOORS = {"real": 1.0, "public": 0.98, "fresh": 0.97, "fresh2": 0.97, "fresh3": 0.95, "fresh4": 0.97}
+FLOORS = {
+    "real": 1.0,
+    "public": 0.98,
+    "fresh": 0.97,
+    "fresh2": 0.97,
+    "fresh3": 0.95,
+    "fresh4": 0.97,
+    "fresh5": 0.95,
+}
 
 
 def test_corpus_accuracy_floors(compiled: CompiledLibrary) -> None:
