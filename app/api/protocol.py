@@ -25,6 +25,8 @@ except ImportError:  # httptools is a dependency; without it uvicorn falls back 
 
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 8 << 20
+# a connection accepted just before a graceful shutdown gets this long to send its first request
+FIRST_REQUEST_GRACE_S = 5.0
 
 
 class _HeadTooLarge(Exception):
@@ -41,6 +43,7 @@ if HttpToolsProtocol is not None:
             self._n_headers = 0
             self._too_large: str | None = None
             self._discarded = -1  # >= 0 once refused: what the client still sends is read and dropped
+            self._serve_one_then_close = False  # set by shutdown() on a connection with no request yet
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -58,6 +61,24 @@ if HttpToolsProtocol is not None:
             self._headers_done = True
             self._head_bytes = 0
             super().on_headers_complete()
+            if self._serve_one_then_close and self.cycle is not None:
+                self.cycle.keep_alive = False
+
+        def shutdown(self) -> None:
+            # uvicorn closes every connection with no request in progress. One the kernel handed
+            # over just before the shutdown (a retiring worker, a rolling restart) may not have
+            # sent its first request head yet, or only part of it: closing it drops a request
+            # the client has already made ("server disconnected without sending a response").
+            # Such a connection is served once, without keep-alive, if its request comes soon.
+            if self.cycle is None and not self.transport.is_closing():
+                self._serve_one_then_close = True
+                self.loop.call_later(FIRST_REQUEST_GRACE_S, self._close_if_still_idle)
+                return
+            super().shutdown()
+
+        def _close_if_still_idle(self) -> None:
+            if self.cycle is None and not self.transport.is_closing():
+                self.transport.close()
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
