@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.engine.ingest import collect_sources
+from app.engine.library import Rule
 from app.engine.mutate import MUTATIONS
 from app.engine.ruletest import fixture_cases
 from app.engine.scan import CompiledLibrary
@@ -44,7 +45,7 @@ def test_mutations_change_the_text(fn: str) -> None:
     assert out != text and "uncorrectable ECC error encountered" in out
 
 
-def _context(lr_rule) -> int:  # type: ignore[no-untyped-def]
+def _context(lr_rule: Rule) -> int:
     # lines around the anchor a rule may need: its `all`/`not` window (the widest of its signatures)
     matches = [m for m in [lr_rule.match, *lr_rule.signatures] if m is not None]
     return max((m.window for m in matches if m.all or m.not_), default=0)

@@ -242,7 +242,7 @@ class MetricSummary:
 
 SPIKE_FACTOR = 10.0  # a value this many times the median of the values before it
 # posted excerpts keep a handful of logged points ("..." between them); four give a median, and
-# the 10x factor keeps early-training noise out (no spike on the 94 labelled negatives nor the baseline runs)
+# the 10x factor keeps early-training noise out (no spike on the corpus negatives nor the baseline runs)
 SPIKE_MIN_HISTORY = 4
 # names whose size matters: a loss or a gradient norm blowing up; a learning rate, a step count
 # or an fp16 loss scale growing is normal

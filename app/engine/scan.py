@@ -163,13 +163,21 @@ class PatternAcc:
     ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
 
-    def add(self, rec: HitRecord) -> None:
+    def add(self, rec: HitRecord, *, in_order: bool = True) -> None:
+        """Keep a hit; `in_order=False` for one that may lie before hits already kept (the
+        wrapped-row rescan): line numbers and samples stay sorted."""
         self.count += rec.ctx.repeats
         if len(self.lines) < MAX_LINES:
-            self.lines.append(rec.line)
+            if in_order:
+                self.lines.append(rec.line)
+            else:
+                bisect.insort(self.lines, rec.line)
         if len(self.samples) < SAMPLES:
             self.samples.append(rec)
-        self.last = rec
+            if not in_order:
+                self.samples.sort(key=lambda r: r.line)
+        if in_order or self.last is None or self.last.line <= rec.line:
+            self.last = rec
         if rec.ctx.rank is not None and len(self.ranks) < MAX_SET:
             self.ranks.add(rec.ctx.rank)
         if rec.ctx.where and len(self.hosts) < MAX_SET:
@@ -569,30 +577,12 @@ def rescan_wrapped(compiled: CompiledLibrary, result: FileScan, blocks: list[tup
         recs = {id(r): r for r in [*got.samples, *([got.last] if got.last else [])]}
         for rec in sorted(recs.values(), key=lambda r: r.line):
             g = groups[rec.line - 1]
-            if acc is not None:
-                i = bisect.bisect_left(acc.lines, g.first)
-                if i < len(acc.lines) and acc.lines[i] <= g.last:
-                    continue
             if acc is None:
                 acc = result.accs[pid] = PatternAcc()
+            elif (i := bisect.bisect_left(acc.lines, g.first)) < len(acc.lines) and acc.lines[i] <= g.last:
+                continue  # a row of this line matched on its own
             rec.line = g.first
-            _insert(acc, rec)
-
-
-def _insert(acc: PatternAcc, rec: HitRecord) -> None:
-    """PatternAcc.add for a hit that may lie before hits already kept (line numbers stay sorted)."""
-    acc.count += rec.ctx.repeats
-    if len(acc.lines) < MAX_LINES:
-        bisect.insort(acc.lines, rec.line)
-    if len(acc.samples) < SAMPLES:
-        acc.samples.append(rec)
-        acc.samples.sort(key=lambda r: r.line)
-    if acc.last is None or acc.last.line <= rec.line:
-        acc.last = rec
-    if rec.ctx.rank is not None and len(acc.ranks) < MAX_SET:
-        acc.ranks.add(rec.ctx.rank)
-    if rec.ctx.where and len(acc.hosts) < MAX_SET:
-        acc.hosts.add(rec.ctx.where)
+            acc.add(rec, in_order=False)
 
 
 def read_metrics(result: FileScan, blocks: Iterable[tuple[int, bytes]]) -> None:
