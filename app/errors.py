@@ -16,9 +16,12 @@ class LogtriageError(Exception):
     title: str = "Bad request"
     exit_code: int = 1
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, *, retry_after: float | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
+        # seconds a client should wait before trying again (sent as Retry-After); None: the
+        # edge's default for the class, if any
+        self.retry_after = retry_after
 
 
 class UsageError(LogtriageError):
@@ -124,6 +127,12 @@ class ServiceUnavailableError(LogtriageError):
     """A dependency (database, scan workers) is down; retry later."""
 
     slug, title, http_status, exit_code = "service-unavailable", "Service unavailable", 503, 3
+
+
+class TooManyRequestsError(LogtriageError):
+    """This client has more work waiting than its share; retry after Retry-After."""
+
+    slug, title, http_status, exit_code = "too-many-requests", "Too many requests", 429, 3
 
 
 class InsufficientStorageError(LogtriageError):

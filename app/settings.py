@@ -81,12 +81,24 @@ class Settings(BaseSettings):
         ge=1,
         description="Scan processes per server process (analyses run concurrently, off the event loop).",
     )
-    inline_bytes: int = Field(
-        default=1 << 20,
+    analysis_backlog: int = Field(
+        default=512,
         ge=0,
-        description="Uploads held in memory (up to 1 MiB as sent) whose logs come to at most this "
-        "many bytes once decompressed are analysed in the server process itself, without the hand-off "
-        "to a scan process (0 = every upload goes to a scan process).",
+        description="Uploads one server process keeps waiting for a free scan worker (answered 202 "
+        "at once, analysed in turn, round-robin between clients); past it, 503 with Retry-After.",
+    )
+    analysis_backlog_bytes: int = Field(
+        default=256 << 20,
+        ge=0,
+        description="Memory the waiting uploads held in memory (bodies up to 1 MiB) may take in one "
+        "server process; past it, 503 with Retry-After (0 = no limit; larger bodies wait on disk).",
+    )
+    client_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Share of the backlog one client (API token, or address without one) may hold; "
+        "past it that client gets 429 with Retry-After while others are still admitted.",
     )
     bulk_bytes: int = Field(
         default=32 << 20,

@@ -172,3 +172,98 @@ def test_doctor_removes_an_unclaimed_orphan_at_once_and_keeps_a_claimed_one(tmp_
         (claims / f"{claimed}.t1").unlink()
     out = run_cli("doctor", env=cli_env(settings))  # the claim is released: now it goes too
     assert "orphan blob files: 1 (removed)" in out.stdout and not (store / blob_key(claimed)).exists()
+
+
+class _Hook(threading.Thread):
+    """A failed job's hook as docs/hooks.md has it: POST with an Idempotency-Key; on 202 poll the
+    Location; on a connection error, 429/503/507, or an analysis that failed retryably (the
+    server stopped under it), send the same request again, until it is done or the deadline."""
+
+    def __init__(self, n: int, servers: dict[str, str], deadline: float) -> None:
+        super().__init__(daemon=True)
+        self.n, self.servers, self.deadline = n, servers, deadline
+        self.key = f"hook-{n}-{os.urandom(4).hex()}"
+        self.body = training_log(OOM.format(gib=f"{n % 60 + 1}.{n:02d}"), job=f"burst-{n}").encode()
+        self.acked: str | None = None  # the id of the first 201/202
+        self.final: dict[str, Any] | None = None
+        self.reran = 0  # times its analysis had failed retryably and the replay ran it again
+
+    def _send(self, c: httpx.Client, url: str) -> dict[str, Any] | None:
+        headers = {"Content-Type": "text/plain", "Idempotency-Key": self.key}
+        if self.n % 2:
+            headers["Prefer"] = "respond-async"  # acknowledged before it is done: a pending row
+        r = c.post(f"{url}{API}", content=self.body, headers=headers)
+        if r.status_code in (429, 503, 507):
+            return None
+        assert r.status_code in (200, 201, 202), r.text[:300]
+        self.acked = self.acked or r.json()["id"]
+        assert r.json()["id"] == self.acked  # a retry never makes a second analysis
+        res: dict[str, Any] = r.json()
+        while res["status"] == "pending":
+            time.sleep(0.05)
+            p = c.get(f"{url}{API}/{res['id']}")
+            assert p.status_code == 200, p.text[:300]
+            res = p.json()
+        return res
+
+    def run(self) -> None:
+        while time.monotonic() < self.deadline:
+            url = self.servers.get("url")
+            if url is None:
+                time.sleep(0.05)
+                continue
+            try:
+                with httpx.Client(timeout=30) as c:
+                    res = self._send(c, url)
+            except httpx.TransportError:
+                time.sleep(0.05)  # the server is down: it comes back on another port
+                continue
+            if res is None or (res["status"] == "failed" and res["error"]["status"] in (503, 507)):
+                self.reran += res is not None
+                time.sleep(0.05)
+                continue
+            self.final = res
+            return
+
+
+def test_kill_9_mid_burst_loses_nothing_a_retrying_hook_was_acknowledged(db_url: str, tmp_path: Path) -> None:
+    """Every log a hook got 201 or 202 for ends `done` under the same id, though the server is
+    killed (-9) twice while hooks post and poll; the interrupted ones run again when their
+    hook replays the request with its Idempotency-Key."""
+    settings = make_settings(tmp_path / "data", db_url, analysis_workers=1)
+    servers: dict[str, str] = {}
+    hooks = [_Hook(n, servers, time.monotonic() + 300) for n in range(16)]
+    for h in hooks:
+        h.start()
+    rng = random.Random(20261126)
+    proc = None
+    try:
+        for _ in range(2):
+            proc, url = _start(settings)
+            if proc.stderr is not None:
+                threading.Thread(target=proc.stderr.read, daemon=True).start()
+            before = sum(h.acked is not None for h in hooks)
+            servers["url"] = url
+            deadline = time.monotonic() + 120
+            while sum(h.acked is not None for h in hooks) < min(len(hooks), before + rng.randint(2, 5)):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            servers.pop("url")
+            _kill(proc)
+        proc, url = _start(settings)
+        if proc.stderr is not None:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
+        servers["url"] = url
+        for h in hooks:
+            h.join(300)
+        assert all(h.final is not None for h in hooks), [h.n for h in hooks if h.final is None]
+        for h in hooks:
+            assert h.final is not None and h.final["status"] == "done", h.final
+            assert h.final["id"] == h.acked
+            assert h.final["root_cause"]["failure_class"] == "cuda.out_of_memory"
+        interrupted = httpx.get(f"{url}{API}", params={"status": "failed"}, timeout=30)
+        assert interrupted.status_code == 200 and interrupted.json()["items"] == []
+        print(f"\n{len(hooks)} hooks, 2 kills: {sum(h.reran for h in hooks)} interrupted analyses ran again")
+    finally:
+        if proc is not None:
+            _kill(proc)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 from http import HTTPStatus
 from typing import Any
 
@@ -113,6 +114,8 @@ def install(app: FastAPI) -> None:
             log.error("%s: %s", type(exc).__name__, exc.detail)
         if exc.http_status == 408:  # the body never came: the connection is done with too
             return negotiated(request, exc, headers={"Connection": "close"})
+        if exc.retry_after is not None:
+            return negotiated(request, exc, headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
         if isinstance(exc, ServiceUnavailableError):
             return negotiated(request, exc, headers={"Retry-After": str(RETRY_AFTER_S)})
         if isinstance(exc, InsufficientStorageError):

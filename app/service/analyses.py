@@ -29,6 +29,7 @@ from app.errors import (
     LogtriageError,
     ServiceUnavailableError,
 )
+from app.service.admission import Admission, Ticket
 from app.service.jobs import JobError, RetriageJob, ScanJob, ScanOutcome, StoredFile, StoredInput
 from app.service.pool import ScanPool
 from app.service.spool import claim, release, remove_tree, runner_id
@@ -136,6 +137,19 @@ class Started:
     analysis_id: str
     task: asyncio.Task[Completed] | None  # None when an idempotent replay found an earlier request
     replayed: bool = False
+    # admitted to the backlog, not to a scan worker: its turn may be a while
+    ticket: Ticket | None = None
+
+    @property
+    def queued(self) -> bool:
+        return self.ticket is not None and not self.ticket.running
+
+
+def held_in_memory(job: ScanJob) -> int:
+    """Bytes of the upload the process holds while it waits (bodies over 1 MiB wait on disk)."""
+    return sum(len(f.data) for f in job.files if f.data is not None) + (
+        len(job.config.data) if job.config is not None and job.config.data is not None else 0
+    )
 
 
 class AnalysisService:
@@ -161,6 +175,12 @@ class AnalysisService:
         self._registering: dict[str, asyncio.Future[None]] = {}
         self._storing: dict[str, asyncio.Future[Completed]] = {}  # drafts the writer is inserting
         self._committer = ThreadPoolExecutor(max_workers=COMMIT_THREADS, thread_name_prefix="blob-commit")
+        self.admission = Admission(
+            slots=pool.workers,
+            backlog=settings.analysis_backlog,
+            backlog_bytes=settings.analysis_backlog_bytes,
+            client_share=settings.client_share,
+        )
 
     # -- new analyses ---------------------------------------------------------------------------
 
@@ -174,28 +194,39 @@ class AnalysisService:
         idempotency_scope: str,
         idempotency_key: str | None,
         request_digest: str,
+        client: str,
     ) -> Started:
+        """Admit the upload (or refuse it, 503/429, having stored nothing) and start it."""
+        try:
+            ticket = self.admission.admit(client=client, memory=held_in_memory(job))
+        except BaseException:
+            remove_tree(spool)
+            raise
         if idempotency_key is None:
             draft = repo.Draft.new(meta=meta, token_id=token_id, runner=self.runner)
             self._drafts[draft.analysis_id] = draft
-            return self._launch(draft.analysis_id, job, spool)
+            return self._launch(draft.analysis_id, job, spool, ticket)
         try:
             analysis_id, replayed = await asyncio.to_thread(
                 self._begin, meta, token_id, idempotency_scope, idempotency_key, request_digest
             )
         except BaseException:
+            ticket.release()
             remove_tree(spool)
             raise
         if replayed:
+            ticket.release()
             remove_tree(spool)
             return Started(analysis_id, None, replayed=True)
-        return self._launch(analysis_id, job, spool)
+        return self._launch(analysis_id, job, spool, ticket)
 
-    def _launch(self, analysis_id: str, job: ScanJob, spool: Path) -> Started:
-        task = asyncio.create_task(self._process(analysis_id, job, spool), name=f"analysis-{analysis_id}")
+    def _launch(self, analysis_id: str, job: ScanJob, spool: Path, ticket: Ticket) -> Started:
+        task = asyncio.create_task(
+            self._process(analysis_id, job, spool, ticket), name=f"analysis-{analysis_id}"
+        )
         self._tasks.add(task)
         task.add_done_callback(self._forget)
-        return Started(analysis_id, task)
+        return Started(analysis_id, task, ticket=ticket)
 
     async def register(self, analysis_id: str) -> bool:
         """Make sure the analysis has a row before its id is handed out to poll: a pending one,
@@ -254,6 +285,15 @@ class AnalysisService:
                         f"Idempotency-Key {key!r} was used for a different request (analysis "
                         f"{existing.id}); use a new key for a new upload"
                     )
+                if repo.is_retryable_failure(existing) and repo.restart_failed(
+                    s, analysis_id=existing.id, runner=self.runner
+                ):
+                    log.info(
+                        "analysis %s failed retryably (%s); running it again",
+                        existing.id,
+                        (existing.error or {}).get("title"),
+                    )
+                    return existing.id, False
                 return existing.id, True
             row = repo.create_pending(
                 s,
@@ -266,9 +306,13 @@ class AnalysisService:
             )
             return row.id, False
 
-    async def _process(self, analysis_id: str, job: ScanJob, spool: Path) -> Completed:
+    async def _process(self, analysis_id: str, job: ScanJob, spool: Path, ticket: Ticket) -> Completed:
         try:
-            result = await self.pool.scan(job)
+            try:
+                await ticket.wait_turn()
+                result = await self.pool.scan(job)
+            finally:
+                ticket.release()  # the scan worker is free: the next upload's turn
             if isinstance(result, JobError):
                 raise result.to_exception()
             return await self._store(analysis_id, result)

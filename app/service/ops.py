@@ -25,6 +25,9 @@ from app.service.analyses import Completed
 from app.service.context import ServiceContext
 from app.service.jobs import ScanJob
 
+# how long a request whose upload had to queue waits for its turn before it is answered 202:
+# a short queue still answers in one round trip, a burst's does not hold a connection
+QUEUE_GRACE_S = 0.25
 _CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 
@@ -53,9 +56,15 @@ async def submit(
     idempotency_key: str | None,
     request_digest: str,
     wait: float | None,
+    client: str | None = None,
 ) -> Submission:
     """Start an analysis of spooled uploads and wait up to `wait` seconds for it (None: until
-    it is done). One that is still running then gets its row, so its id can be polled."""
+    it is done). One that is still running then gets its row, so its id can be polled.
+
+    An upload that has to queue for a scan worker (a burst) waits only `QUEUE_GRACE_S` for its
+    turn, then is answered pending: the caller polls instead of holding a connection. A full
+    backlog refuses it (503, or 429 for a client over its share) with nothing stored.
+    `client`: who the backlog's turns are shared between (default: the principal)."""
     started = await ctx.service.start(
         job=job,
         spool=spool,
@@ -64,10 +73,17 @@ async def submit(
         idempotency_scope=principal.idempotency_scope,
         idempotency_key=idempotency_key or None,
         request_digest=request_digest,
+        client=principal.idempotency_scope if principal.token_id is not None or not client else client,
     )
     task = started.task
     if task is None:
         return Submission(started.analysis_id, None, replayed=True)
+    if started.queued and started.ticket is not None and wait is not None:
+        turn = asyncio.ensure_future(started.ticket.wait_turn())
+        await asyncio.wait({turn, task}, timeout=min(wait, QUEUE_GRACE_S))
+        turn.cancel()
+        if not started.ticket.running:
+            wait = 0  # still queued: answer now, the analysis runs in its turn
     if not task.done() and (wait is None or wait > 0):
         await asyncio.wait({task}, timeout=wait)
     # answered before it is done: the analysis needs a row to poll (a finished one has one)

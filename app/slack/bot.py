@@ -413,6 +413,7 @@ class SlackBot:
                 idempotency_key=None,
                 request_digest="slack",
                 wait=None,
+                client=f"slack:{user}",
             )
             res = await asyncio.to_thread(ops.submission_resource, self.ctx, submission=submission, base=base)
             await self.post_analysis(

@@ -106,7 +106,7 @@ def _response(res: dict[str, Any], *, base: str, replayed: bool, applied: str | 
     summary="Analyse a log (hooks call this)",
     responses={
         202: {"description": "Accepted: still running; poll `Location`.", "model": AnalysisResource},
-        **problems(400, 401, 403, 408, 409, 413, 415, 422, 503),
+        **problems(400, 401, 403, 408, 409, 413, 415, 422, 429, 503, 507),
     },
     openapi_extra=_UPLOAD_SCHEMA,
 )
@@ -164,6 +164,7 @@ async def create_analysis(
         idempotency_key=idempotency_key,
         request_digest=intake.digest,
         wait=wait,
+        client=request.client.host if request.client else None,
     )
     base = base_url(request, ctx)
     if notify is not None and ctx.slack is not None and not submission.replayed:

@@ -84,7 +84,9 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
         415: "Unsupported media type or encoding",
         416: "Range not satisfiable",
         422: "Validation failed",
+        429: "This client's share of the analysis backlog is taken; retry after `Retry-After`",
         431: "Request headers too large",
-        503: "Service unavailable",
+        503: "Service unavailable (backlog full, database down); retry after `Retry-After`",
+        507: "The server's disk is full; nothing was stored; retry after `Retry-After`",
     }
     return {c: {"description": texts.get(c, "Error"), "content": PROBLEM_CONTENT} for c in codes}

@@ -39,6 +39,8 @@ from app.db.repo.lifecycle import (
     find_idempotent,
     get_analysis,
     insert_pending,
+    is_retryable_failure,
+    restart_failed,
 )
 from app.db.repo.listing import (
     AnalysisFilter,
@@ -129,6 +131,7 @@ __all__ = [
     "hash_token",
     "id_time",
     "insert_pending",
+    "is_retryable_failure",
     "is_valid_id",
     "known_blobs",
     "list_analyses",
@@ -137,6 +140,7 @@ __all__ = [
     "mark_interrupted",
     "new_id",
     "prune_slack_events",
+    "restart_failed",
     "result_hardware_hosts",
     "result_summary",
     "retriage_candidates",

@@ -402,7 +402,8 @@ def mark_interrupted(session: Session, *, host: str, alive: Iterable[int]) -> in
             "type": "/problems/interrupted",
             "title": "Interrupted",
             "status": 503,
-            "detail": "the server stopped before this analysis finished; submit the log again",
+            "detail": "the server stopped before this analysis finished; send the same request again "
+            "(with the same Idempotency-Key it runs again under the same id)",
         }
         n += 1
     return n

@@ -141,6 +141,26 @@ def delete_analysis(session: Session, *, analysis_id: str) -> None:
     session.execute(delete(Analysis).where(Analysis.id == analysis_id))
 
 
+# a failure the server caused (it stopped, it was overloaded, its disk was full): the same
+# request, replayed with its Idempotency-Key, runs the analysis again instead of replaying it
+RETRYABLE_FAILURES = frozenset({503, 507})
+
+
+def is_retryable_failure(row: Analysis) -> bool:
+    return row.status == "failed" and (row.error or {}).get("status") in RETRYABLE_FAILURES
+
+
+def restart_failed(session: Session, *, analysis_id: str, runner: str) -> bool:
+    """Make a retryable failed analysis pending again under `runner`; False when another
+    request restarted it first (it is then pending or done: the caller replays it)."""
+    res = session.execute(
+        update(Analysis)
+        .where(Analysis.id == analysis_id, Analysis.status == "failed")
+        .values(status="pending", error=None, finished_at=None, runner=runner)
+    )
+    return bool(getattr(res, "rowcount", 0) == 1)
+
+
 def fail_analysis(session: Session, *, analysis_id: str, problem: dict[str, Any]) -> None:
     session.execute(
         update(Analysis)

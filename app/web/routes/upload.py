@@ -123,6 +123,7 @@ async def _analyse(
             idempotency_key=None,
             request_digest=intake.digest,
             wait=ctx.settings.sync_wait,
+            client=request.client.host if request.client else None,
         )
     except LogtriageError as exc:  # the log itself was refused (binary, empty, too large)
         return _page(request, ctx, principal, error=exc)

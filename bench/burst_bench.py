@@ -1,0 +1,378 @@
+#!/usr/bin/env python3
+"""The bad day: a burst of failed-job hooks at once, against a trivial endpoint in the same run.
+
+    python bench/burst_bench.py [--hooks 200] [--hook-size 1M] [--workers 2] [--rounds 1]
+
+Both servers run `--workers 2` on PostgreSQL, bound to 127.0.0.1:
+- `logtriage serve` (its own database `logtriage_burst`, dropped at the end);
+- bench/trivial_app.py: reads the body, writes and fsyncs it, inserts a row. Nothing else.
+
+Each hook posts a distinct ~1 MB log of ordinary training-metric lines (Megatron iteration lines,
+verl step lines) ending in a CUDA OOM, on its own connection; all are released together. A
+hook does what `logtriage submit` does: on 429/503 it waits `Retry-After` and posts again (same
+Idempotency-Key); on 202 it is accepted and the analysis finishes in the background.
+Meanwhile a probe opens a new connection to `/healthz` every 20 ms, as a liveness probe would.
+
+Reported per server: statuses, POST latency p50/p99/max (each attempt, and each hook end to end),
+`/healthz` p50/p99/max during the burst, one hook alone (20 sequential posts, median), and for
+logtriage how many of the hooks' analyses ended `done` (polled until all finish). Targets
+(issue 20): 0 5xx, all stored done, `/healthz` max < 100 ms, POST p99 within 3x the trivial
+endpoint's, one hook within 5x. Results: bench/out/burst.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+OUT = BENCH / "out"
+sys.path.insert(0, str(BENCH))
+
+import load_bench  # noqa: E402  (its PostgreSQL helper)
+
+PG_DB = "logtriage_burst"
+OOM_TAIL = (
+    "[rank0]: Traceback (most recent call last):\n"
+    '[rank0]:   File "/workspace/Megatron-LM/megatron/training/training.py", line 1204, in train_step\n'
+    "[rank0]:     losses_reduced = forward_backward_func(\n"
+    "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total "
+    "capacity of 79.11 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has "
+    "78.07 GiB memory in use. Of the allocated memory 74.12 GiB is allocated by PyTorch, and 2.31 GiB is "
+    "reserved by PyTorch but unallocated.\n"
+)
+
+
+def metric_log(size: int, seed: int) -> bytes:
+    """~`size` bytes of healthy metric lines as Megatron and verl print them."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    n = 0
+    it = 0
+    loss = 2.9
+    while n < size:
+        it += 1
+        loss = max(0.8, loss - rng.uniform(0, 0.002) + rng.uniform(-0.01, 0.01))
+        if it % 4:
+            line = (
+                f"[2026-11-20 10:{it // 60 % 60:02d}:{it % 60:02d}] iteration {it:8d}/  500000 | "
+                f"consumed samples: {it * 256:12d} | elapsed time per iteration (ms): "
+                f"{rng.uniform(900, 1100):.1f} | learning rate: {3e-4 * (1 - it / 5e5):.6E} | "
+                f"global batch size:   256 | lm loss: {loss:.6E} | loss scale: 1.0 | "
+                f"grad norm: {rng.uniform(0.2, 1.5):.3f} | number of skipped iterations:   0 | "
+                f"number of nan iterations:   0 |\n"
+            )
+        else:
+            line = (
+                f"(TaskRunner pid=4121) step:{it} - actor/pg_loss:{rng.uniform(-0.1, 0.1):.6f} - "
+                f"actor/entropy:{rng.uniform(0.3, 0.6):.6f} - actor/grad_norm:{rng.uniform(0.1, 0.9):.6f} - "
+                f"critic/score/mean:{rng.uniform(0, 1):.6f} - "
+                f"response_length/mean:{rng.uniform(200, 900):.1f} - timing_s/gen:{rng.uniform(20, 40):.3f}"
+                f" - timing_s/update_actor:{rng.uniform(10, 20):.3f}\n"
+            )
+        out.append(line)
+        n += len(line)
+    return "".join(out).encode()
+
+
+class Server:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int, ready: str) -> None:
+        self.name, self.port, self.ready = name, port, ready
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=(OUT / f"burst-{name}.log").open("w"),
+            start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                conn.request("GET", self.ready)
+                if conn.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise SystemExit(f"burst_bench: {self.name} exited; see bench/out/burst-{self.name}.log")
+            time.sleep(0.25)
+        raise SystemExit(f"burst_bench: {self.name} did not become ready")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def post(port: int, path: str, body: bytes, key: str) -> tuple[int, float, dict[str, str], bytes]:
+    t0 = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": "text/plain", "Idempotency-Key": key})
+        resp = conn.getresponse()
+        data = resp.read()
+        return resp.status, time.perf_counter() - t0, dict(resp.getheaders()), data
+    finally:
+        conn.close()
+
+
+def hook(port: int, path: str, body: bytes, key: str, deadline: float) -> dict[str, Any]:
+    """One hook as `logtriage submit` runs it: retry 429/503 after Retry-After, same key."""
+    attempts: list[tuple[int, float]] = []
+    t0 = time.perf_counter()
+    while True:
+        try:
+            status, took, headers, data = post(port, path, body, key)
+        except OSError as exc:
+            attempts.append((-1, 0.0))
+            return {"status": -1, "error": type(exc).__name__, "attempts": attempts}
+        attempts.append((status, took))
+        if status in (429, 503) and time.monotonic() < deadline:
+            time.sleep(float(headers.get("retry-after", headers.get("Retry-After", "1")) or 1))
+            continue
+        res: dict[str, Any] = {"status": status, "attempts": attempts, "total": time.perf_counter() - t0}
+        with contextlib.suppress(ValueError):
+            res["id"] = json.loads(data).get("id")
+        return res
+
+
+class Probe(threading.Thread):
+    """/healthz on a new connection every 20 ms, as a liveness probe would."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.lat: list[float] = []
+        self.failures = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                conn.request("GET", "/healthz")
+                ok = conn.getresponse().status == 200
+                conn.close()
+            except OSError:
+                ok = False
+            if ok:
+                self.lat.append(time.perf_counter() - t0)
+            else:
+                self.failures += 1
+            self.stop.wait(0.02)
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
+
+
+def ms(v: float) -> float:
+    return round(v * 1000, 1)
+
+
+def burst(port: int, path: str, bodies: list[bytes], tag: str) -> dict[str, Any]:
+    results: list[dict[str, Any] | None] = [None] * len(bodies)
+    go = threading.Barrier(len(bodies))
+    deadline = time.monotonic() + 600
+
+    def run(i: int) -> None:
+        go.wait()
+        results[i] = hook(port, path, bodies[i], f"{tag}-{i}", deadline)
+
+    probe = Probe(port)
+    probe.start()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(bodies))]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took = time.perf_counter() - t0
+    probe.stop.set()
+    probe.join()
+    done = [r for r in results if r is not None]
+    attempts = [a for r in done for a in r["attempts"]]
+    post_lat = [t for s, t in attempts if s > 0]
+    totals = [r["total"] for r in done if "total" in r]
+    return {
+        "seconds": round(took, 2),
+        "final_statuses": dict(Counter(r["status"] for r in done)),
+        "attempt_statuses": dict(Counter(s for s, _ in attempts)),
+        "server_errors": sum(1 for s, _ in attempts if (s >= 500 and s != 503) or s < 0),
+        "post_ms": {"p50": ms(pct(post_lat, 0.5)), "p99": ms(pct(post_lat, 0.99)), "max": ms(max(post_lat))},
+        "hook_total_ms": {"p50": ms(pct(totals, 0.5)), "p99": ms(pct(totals, 0.99))},
+        "healthz_ms": {
+            "n": len(probe.lat),
+            "p50": ms(pct(probe.lat, 0.5)),
+            "p99": ms(pct(probe.lat, 0.99)),
+            "max": ms(max(probe.lat or [float("nan")])),
+            "failures": probe.failures,
+        },
+        "ids": [r.get("id") for r in done],
+    }
+
+
+def single(port: int, path: str, body: bytes, tag: str, n: int = 20) -> float:
+    lat = []
+    for i in range(n):
+        status, took, _, _ = post(port, path, body + f"single {tag} {i}\n".encode(), f"{tag}-single-{i}")
+        if status not in (200, 201, 202):
+            raise SystemExit(f"burst_bench: single hook got HTTP {status}")
+        lat.append(took)
+    return statistics.median(lat)
+
+
+def wait_done(port: int, ids: list[str], timeout: float) -> Counter[str]:
+    """Poll each analysis until it is no longer pending (as the hook's submit would)."""
+    left = set(ids)
+    states: Counter[str] = Counter()
+    deadline = time.monotonic() + timeout
+    while left and time.monotonic() < deadline:
+        for aid in list(left):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("GET", f"/api/v1/analyses/{aid}")
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status != 200:
+                continue
+            status = json.loads(data).get("status")
+            if status != "pending":
+                states[status] += 1
+                left.discard(aid)
+        if left:
+            time.sleep(0.5)
+    states["still_pending"] = len(left)
+    return states
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hooks", type=int, default=200)
+    p.add_argument("--hook-size", type=int, default=1_000_000)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--port", type=int, default=18481)
+    p.add_argument("--only", choices=("logtriage", "trivial"), default=None)
+    args = p.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    lt = shutil.which("logtriage", path=str(Path(sys.executable).parent)) or "logtriage"
+    base = metric_log(args.hook_size - len(OOM_TAIL) - 64, 7)
+    load_bench._psql(f"DROP DATABASE IF EXISTS {PG_DB}")
+    load_bench._psql(f"CREATE DATABASE {PG_DB}")
+    data = Path(tempfile.mkdtemp(prefix="logtriage-burst-"))
+    env = {**os.environ, "LOGTRIAGE_DATABASE_URL": f"postgresql+psycopg://postgres@127.0.0.1:5432/{PG_DB}"}
+    env["LOGTRIAGE_DATA_DIR"] = str(data / "lt")
+    env["TRIVIAL_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:5432/{PG_DB}"
+    env["TRIVIAL_DATA_DIR"] = str(data / "trivial")
+    servers: dict[str, tuple[Server, str]] = {}
+    report: dict[str, Any] = {"hooks": args.hooks, "hook_bytes": len(base) + len(OOM_TAIL), "rounds": []}
+    try:
+        if args.only in (None, "trivial"):
+            servers["trivial"] = (
+                Server(
+                    "trivial",
+                    [
+                        sys.executable,
+                        "-m",
+                        "uvicorn",
+                        "trivial_app:app",
+                        "--app-dir",
+                        str(BENCH),
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(args.port + 1),
+                        "--workers",
+                        str(args.workers),
+                        "--log-level",
+                        "warning",
+                        "--no-access-log",
+                    ],
+                    env,
+                    args.port + 1,
+                    "/healthz",
+                ),
+                "/ingest",
+            )
+        if args.only in (None, "logtriage"):
+            servers["logtriage"] = (
+                Server(
+                    "logtriage",
+                    [
+                        lt,
+                        "serve",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(args.port),
+                        "--workers",
+                        str(args.workers),
+                    ],
+                    env,
+                    args.port,
+                    "/readyz",
+                ),
+                "/api/v1/analyses",
+            )
+        for srv, _ in servers.values():
+            srv.wait_ready()
+        for name, (srv, path) in servers.items():  # warm: first-use imports, statement caches
+            for i in range(4 * args.workers):
+                post(
+                    srv.port,
+                    path + f"?job_id=warm-{i}",
+                    base[:50_000] + OOM_TAIL.encode(),
+                    f"warm-{name}-{i}",
+                )
+        for rnd in range(args.rounds):
+            row: dict[str, Any] = {}
+            for name, (srv, path) in servers.items():
+                tag = f"r{rnd}-{name}"
+                row[f"{name}_single_ms"] = ms(single(srv.port, path, base + OOM_TAIL.encode(), tag))
+                bodies = [
+                    base + f"[rank0]: job {tag}-{i} starting its last step\n".encode() + OOM_TAIL.encode()
+                    for i in range(args.hooks)
+                ]
+                res = burst(srv.port, path + f"?job_id={tag}", bodies, tag)
+                ids = res.pop("ids")
+                if name == "logtriage":
+                    res["analyses"] = dict(wait_done(srv.port, [i for i in ids if i], 900))
+                row[name] = res
+            report["rounds"].append(row)
+            print(json.dumps(row, indent=1))
+        (OUT / "burst.json").write_text(json.dumps(report, indent=2))
+        return 0
+    finally:
+        for srv, _ in servers.values():
+            srv.stop()
+        shutil.rmtree(data, ignore_errors=True)
+        load_bench._psql(f"DROP DATABASE IF EXISTS {PG_DB}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

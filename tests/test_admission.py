@@ -1,0 +1,129 @@
+"""Admission control: slots, a bounded fair backlog, and refusals that say when to come back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.errors import ServiceUnavailableError, TooManyRequestsError
+from app.service.admission import RETRY_AFTER_MAX_S, RETRY_AFTER_MIN_S, Admission
+
+
+def run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_slots_run_at_once_then_the_backlog_waits_its_turn() -> None:
+    async def go() -> None:
+        adm = Admission(slots=2, backlog=4, backlog_bytes=0)
+        a, b = adm.admit(client="x"), adm.admit(client="x")
+        assert a.running and b.running
+        c = adm.admit(client="x")
+        assert not c.running and adm.waiting == 1
+        a.release()
+        assert c.running and adm.waiting == 0 and adm.running == 2
+        a.release()  # twice is harmless
+        assert adm.running == 2
+        b.release()
+        c.release()
+        assert adm.running == 0
+
+    run(go())
+
+
+def test_a_full_backlog_is_refused_with_503_and_retry_after() -> None:
+    async def go() -> None:
+        adm = Admission(slots=1, backlog=2, backlog_bytes=0, client_share=1.0)
+        held = [adm.admit(client=f"c{i}") for i in range(3)]  # 1 running, 2 waiting
+        with pytest.raises(ServiceUnavailableError) as err:
+            adm.admit(client="late")
+        assert err.value.http_status == 503
+        assert RETRY_AFTER_MIN_S <= (err.value.retry_after or 0) <= RETRY_AFTER_MAX_S
+        held[1].release()  # a waiting one leaves: there is room again
+        assert adm.admit(client="late") is not None
+        for t in held:
+            t.release()
+
+    run(go())
+
+
+def test_memory_of_the_waiting_uploads_is_bounded() -> None:
+    async def go() -> None:
+        adm = Admission(slots=1, backlog=100, backlog_bytes=3 << 20, client_share=1.0)
+        adm.admit(client="a", memory=1 << 20)  # running: its bytes are on their way out
+        adm.admit(client="a", memory=1 << 20)
+        adm.admit(client="a", memory=1 << 20)
+        assert adm.memory == 2 << 20
+        adm.admit(client="a", memory=1 << 20)
+        with pytest.raises(ServiceUnavailableError):
+            adm.admit(client="a", memory=1 << 20)
+        adm.admit(client="a", memory=0)  # a body that waits on disk takes no memory
+
+    run(go())
+
+
+def test_a_client_over_its_share_gets_429_while_others_are_admitted() -> None:
+    async def go() -> None:
+        adm = Admission(slots=1, backlog=10, backlog_bytes=0, client_share=0.3)  # 3 each
+        adm.admit(client="flood")
+        for _ in range(3):
+            adm.admit(client="flood")
+        with pytest.raises(TooManyRequestsError) as err:
+            adm.admit(client="flood")
+        assert err.value.http_status == 429 and err.value.retry_after
+        assert not adm.admit(client="hook").running  # another client still gets in line
+
+    run(go())
+
+
+def test_turns_go_round_robin_between_clients() -> None:
+    async def go() -> list[str]:
+        adm = Admission(slots=1, backlog=20, backlog_bytes=0, client_share=1.0)
+        current = adm.admit(client="array")
+        granted: list[str] = []
+        waiting = [adm.admit(client="array") for _ in range(5)]
+        waiting += [adm.admit(client="team-b"), adm.admit(client="team-c")]
+        for t in waiting:
+            t.granted.add_done_callback(lambda _f, t=t: granted.append(t.client))
+        while True:
+            current.release()
+            await asyncio.sleep(0)  # done-callbacks run on the loop
+            running = [t for t in waiting if t.running]
+            if not running:
+                return granted
+            current = running[0]
+            waiting.remove(current)
+
+    order = run(go())
+    # the other clients are served after at most one more of the array's logs each
+    assert order == ["array", "team-b", "team-c", "array", "array", "array", "array"]
+
+
+def test_a_ticket_that_leaves_before_its_turn_frees_its_place() -> None:
+    async def go() -> None:
+        adm = Admission(slots=1, backlog=1, backlog_bytes=0, client_share=1.0)
+        running = adm.admit(client="a")
+        waiting = adm.admit(client="b", memory=10)
+        waiting.release()  # its request failed while it waited
+        assert adm.waiting == 0 and adm.memory == 0
+        late = adm.admit(client="c")
+        running.release()
+        assert late.running and not waiting.running
+
+    run(go())
+
+
+def test_a_queued_ticket_wakes_its_waiter() -> None:
+    async def go() -> bool:
+        adm = Admission(slots=1, backlog=1, backlog_bytes=0, client_share=1.0)
+        first = adm.admit(client="a")
+        second = adm.admit(client="b")
+        waiter = asyncio.ensure_future(second.wait_turn())
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        first.release()
+        await asyncio.wait_for(waiter, timeout=30)
+        return second.running
+
+    assert run(go()) is True
