@@ -23,7 +23,7 @@ from app.api import accesslog, errors, memory
 from app.api.authcache import AuthCache
 from app.api.context import AppContext
 from app.api.routes import analyses, health, rules, slack, stats
-from app.api.serve import notify_warm
+from app.api.serve import drain_seconds, notify_warm
 from app.blobstore import open_blob_store
 from app.db import repo
 from app.db.migrate import ensure_current
@@ -151,7 +151,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             trim.cancel()
             if app.state.ctx.slack is not None:
                 await app.state.ctx.slack.close()
-            await service.drain(DRAIN_SECONDS)
+            await service.drain(drain_seconds(DRAIN_SECONDS))
             warm.cancel()
             await asyncio.to_thread(pool.shutdown)
     finally:

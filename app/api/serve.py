@@ -51,6 +51,16 @@ WARM_TIMEOUT_S = 300  # a replacement that is not warm by then is dropped, the o
 _warm: Event | None = None  # set in a worker process by the supervisor
 
 
+_retiring = False  # set when the supervisor retires this worker (SIGUSR1)
+
+
+def drain_seconds(default: float) -> float:
+    """How long the app lets its admitted analyses finish at shutdown: all of the retire grace
+    when it is being recycled (every upload it answered 202 is still its to finish; cancelled,
+    they would fail as interrupted), `default` on an ordinary stop."""
+    return float(RETIRE_GRACE_S) if _retiring else default
+
+
 def notify_warm() -> None:
     """Called by the app once its start-up work is done (templates, scan pool, heap frozen)."""
     if _warm is not None:
@@ -93,6 +103,8 @@ def _worker(sock: socket.socket, log_level: str, parent: int, warm: Event) -> No
     server = uvicorn.Server(config)
 
     def retire(_signum: int, _frame: FrameType | None) -> None:
+        global _retiring
+        _retiring = True
         server.config.timeout_graceful_shutdown = RETIRE_GRACE_S
         server.should_exit = True
 
