@@ -92,3 +92,28 @@ def test_leading_space_lets_anchored_alternatives_through() -> None:
 def test_literals_must_be_lowercase() -> None:
     with pytest.raises(ValueError):
         gated("Error", ("Error",))
+
+
+def test_the_rank_gate_never_hides_a_rank_parse_context_finds() -> None:
+    """`may_name_rank` lets the timeline skip lines that cannot name a rank: sound only if every
+    line (and variant) parse_context gives a rank to passes it."""
+    from app.engine.lines import may_name_rank, parse_context
+
+    lines = _corpus_lines()
+    extra = [
+        "[1,3]<stderr>: boom",
+        "[default3]: boom",
+        "[rank12]: boom",
+        "12: boom",
+        "(pid=1) 3: boom",
+        "node-3: [rank2]: x",
+        "worker-1: rank 4 failed",
+        "[Rank 5] Watchdog",
+        "rank=6 ok",
+    ]
+    ranked = 0
+    for line in lines + extra + [v for line in extra for v in _variants(line)]:
+        if parse_context(line).rank is not None:
+            ranked += 1
+            assert may_name_rank(line), line
+    assert ranked > 100  # the corpus exercises it

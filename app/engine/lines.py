@@ -69,6 +69,17 @@ _RANK_WORD = regex.compile(r"\[(?:Rank|rank) (?P<rank>\d+)\]|\brank[ =:](?P<rank
 _RANK_WORD_MARK = "ank"
 
 
+# Every way parse_context finds a rank leaves one of these in the line: mpirun's "]<std", torchrun's
+# "[rank"/"[default", srun's "3: ", the word "rank"/"Rank" (all contain "ank"). A line with none of
+# them has no rank, whatever its prefixes: callers that want only the rank skip the parse.
+_SRUN_RANK = regex.compile(r"\d:\s")
+
+
+def may_name_rank(text: str) -> bool:
+    """False only when `parse_context(text).rank` is certainly None (a cheap gate before it)."""
+    return "ank" in text or "[default" in text or "]<std" in text or _SRUN_RANK.search(text) is not None
+
+
 @dataclass
 class LineContext:
     rank: int | None = None

@@ -330,7 +330,7 @@ _PEER_LOST = re.compile(
 
 
 def _rank_states(scans: Sequence[Any], year: int | None) -> dict[int, RankState]:
-    from app.engine.lines import parse_context
+    from app.engine.lines import may_name_rank, parse_context
 
     states: dict[int, RankState] = {}
     progress: dict[int, list[tuple[float, int, int, str]]] = defaultdict(list)
@@ -341,6 +341,8 @@ def _rank_states(scans: Sequence[Any], year: int | None) -> dict[int, RankState]
         for lineno, text in scan.tail:
             if text.startswith(("[FR rank", "# PyTorch flight recorder")):
                 continue  # a rendered flight-recorder dump (app.engine.flight): not the rank's output
+            if scan.rank_hint is None and not may_name_rank(text):
+                continue  # no rank on this line, none from its file: nothing to attribute it to
             ctx = parse_context(text)
             rank = ctx.rank if ctx.rank is not None else scan.rank_hint
             if rank is None:
