@@ -112,7 +112,7 @@ def test_the_rank_gate_never_hides_a_rank_parse_context_finds() -> None:
         "rank=6 ok",
     ]
     ranked = 0
-    for line in lines + extra + [v for line in extra for v in _variants(line)]:
+    for line in lines + extra + [v for x in extra for v in _variants(x)]:
         if parse_context(line).rank is not None:
             ranked += 1
             assert may_name_rank(line), line
