@@ -23,7 +23,7 @@ from app.db.models import (
 )
 from app.db.repo.common import finding_hosts, insert_ignore
 from app.db.repo.lifecycle import Draft, pending_row
-from app.db.repo.standing import Standing, result_hardware_hosts, suspect_hosts
+from app.db.repo.standing import Standing, result_hardware_hosts, standing_of, suspect_hosts
 from app.errors import NotFoundError
 from app.fingerprint import fingerprint
 
@@ -220,13 +220,39 @@ def complete_analyses(
     stored = [c.analysis_id for c in items if c.draft is None]
     rows: dict[str, Analysis] = {}
     if stored:
-        rows = {r.id: r for r in session.scalars(select(Analysis).where(Analysis.id.in_(stored)))}
+        # locked: two runs of one analysis (a hook's retry re-ran it while the first run, taken
+        # for dead, was still alive) finish one after the other, and the second finds it done
+        rows = {
+            r.id: r
+            for r in session.scalars(select(Analysis).where(Analysis.id.in_(stored)).with_for_update())
+        }
+    for c in items:
+        if c.draft is None and c.analysis_id not in rows:
+            raise NotFoundError(f"analysis {c.analysis_id} vanished while it was running")
+    done_before = {c.analysis_id for c in items if c.draft is None and rows[c.analysis_id].status == "done"}
+    if done_before:
+        rest = [c for c in items if c.analysis_id not in done_before]
+        out = dict(
+            zip(
+                (c.analysis_id for c in rest),
+                complete_analyses(
+                    session, items=rest, recurrence_days=recurrence_days, suspect_min_jobs=suspect_min_jobs
+                )
+                if rest
+                else [],
+                strict=True,
+            )
+        )
+        for aid in done_before:  # stored by the other run: this one's result is the same log's
+            out[aid] = (
+                rows[aid],
+                standing_of(session, row=rows[aid], days=recurrence_days, suspect_min_jobs=suspect_min_jobs),
+            )
+        return [out[c.analysis_id] for c in items]
     for c in items:
         if c.draft is not None:
             rows[c.analysis_id] = pending_row(c.draft)
             session.add(rows[c.analysis_id])
-        elif c.analysis_id not in rows:
-            raise NotFoundError(f"analysis {c.analysis_id} vanished while it was running")
     pairs = [(rows[c.analysis_id], c) for c in items]
     # no autoflush: each row goes out in the one INSERT or UPDATE below, not one per query;
     # the rows referencing the analyses follow it

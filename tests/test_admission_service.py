@@ -1,0 +1,139 @@
+"""Admission control in the real service: a saturated server answers at once (202, 503, 429 with
+Retry-After), stores nothing it refused, and finishes everything it accepted.
+
+The scan pool is held shut by the test (its `scan` waits for a threading.Event) so "saturated" is a
+state the test sets, not a race it hopes to win."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.servicekit import OOM, LiveServer, live_server, make_settings, training_log
+
+API = "/api/v1/analyses"
+
+
+class Gate:
+    """Holds every scan until `open()`; counts the scans that started."""
+
+    def __init__(self, srv: LiveServer) -> None:
+        self.pool = srv.ctx.pool
+        self.real = self.pool.scan
+        self.opened = threading.Event()
+        self.started = 0
+
+    async def scan(self, job: Any) -> Any:
+        self.started += 1
+        while not self.opened.is_set():
+            await asyncio.sleep(0.01)
+        return await self.real(job)
+
+    def __enter__(self) -> Gate:
+        self.pool.scan = self.scan
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.opened.set()
+        self.pool.scan = self.real
+
+
+@pytest.fixture
+def saturable(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
+    settings = make_settings(tmp_path / "data", db_url, analysis_workers=1, analysis_backlog=2, client_share=1.0)
+    with live_server(settings) as srv:
+        yield srv
+
+
+def _log(n: int) -> bytes:
+    return training_log(OOM.format(gib=f"{n}.5"), job=f"adm-{n}").encode()
+
+
+def _post(c: httpx.Client, n: int, **headers: str) -> httpx.Response:
+    return c.post(API, content=_log(n), headers={"Content-Type": "text/plain", **headers})
+
+
+def _count(c: httpx.Client) -> int:
+    r = c.get(API, params={"limit": 200})
+    assert r.status_code == 200
+    return len(r.json()["items"])
+
+
+def test_a_saturated_server_answers_at_once_and_finishes_what_it_accepted(saturable: LiveServer) -> None:
+    with saturable.client() as c, Gate(saturable) as gate:
+        first = _post(c, 1, Prefer="respond-async")
+        assert first.status_code == 202
+        # the slot is taken; an upload that must queue is answered 202 without waiting for it,
+        # though it asked to wait (sync wait 20 s)
+        queued = [_post(c, n) for n in (2, 3)]
+        assert [r.status_code for r in queued] == [202, 202]
+        assert all(r.headers.get("Location") for r in queued)
+        full = _post(c, 4)
+        assert full.status_code == 503
+        assert full.headers["content-type"].startswith("application/problem+json")
+        assert 1 <= int(full.headers["Retry-After"]) <= 60
+        assert "nothing was stored" in full.json()["detail"]
+        assert _count(c) == 3  # the refused upload left no row
+        assert saturable.ctx.service.admission.waiting == 2
+        gate.opened.set()
+        for r in [first, *queued]:
+            _wait_done(c, r.json()["id"])
+        assert _post(c, 5).status_code == 201  # back to answering in one round trip
+
+
+def test_one_client_over_its_share_gets_429(db_url: str, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "data", db_url, analysis_workers=1, analysis_backlog=4, client_share=0.25)
+    with live_server(settings) as srv, srv.client() as c, Gate(srv) as gate:
+        assert _post(c, 1, Prefer="respond-async").status_code == 202  # running
+        assert _post(c, 2, Prefer="respond-async").status_code == 202  # its one place in line
+        over = _post(c, 3, Prefer="respond-async")
+        assert over.status_code == 429
+        assert over.json()["type"] == "/problems/too-many-requests"
+        assert int(over.headers["Retry-After"]) >= 1
+        gate.opened.set()
+
+
+def test_a_replayed_key_of_an_interrupted_analysis_runs_it_again(server: LiveServer) -> None:
+    """After a crash the restart marks what was running failed (interrupted, 503); the hook's retry
+    with the same Idempotency-Key and body runs it again under the same id."""
+    from app.db import repo
+
+    key = "retry-after-crash-1"
+    with server.client() as c:
+        with Gate(server) as gate:
+            r = _post(c, 7, **{"Idempotency-Key": key, "Prefer": "respond-async"})
+            assert r.status_code == 202
+            aid = r.json()["id"]
+            # what `logtriage serve` does at start for a runner that is gone
+            with server.ctx.db.write() as s:
+                row = repo.get_analysis(s, analysis_id=aid)
+                row.runner = "gone-host:1"
+            with server.ctx.db.write() as s:
+                assert repo.mark_interrupted(s, host="gone-host", alive=[]) == 1
+            gate.opened.set()
+        failed = c.get(f"{API}/{aid}").json()
+        assert failed["status"] == "failed" and failed["error"]["status"] == 503
+        again = _post(c, 7, **{"Idempotency-Key": key})
+        assert again.status_code in (201, 202)
+        assert "Idempotent-Replayed" not in again.headers
+        assert again.json()["id"] == aid
+        done = _wait_done(c, aid)
+        assert done["root_cause"]["failure_class"] == "cuda.out_of_memory"
+        replay = _post(c, 7, **{"Idempotency-Key": key})  # now done: an ordinary replay
+        assert replay.headers.get("Idempotent-Replayed") == "true" and replay.json()["id"] == aid
+
+
+def _wait_done(c: httpx.Client, aid: str) -> dict[str, Any]:
+    for _ in range(6000):
+        res = c.get(f"{API}/{aid}").json()
+        if res["status"] != "pending":
+            assert res["status"] == "done", res
+            return res  # type: ignore[no-any-return]
+        threading.Event().wait(0.02)
+    raise AssertionError(f"analysis {aid} never finished")
