@@ -111,6 +111,13 @@ class HeaderFieldsTooLargeError(LogtriageError):
     slug, title, http_status = "request-header-fields-too-large", "Request header fields too large", 431
 
 
+class TooManyConnectionsError(LogtriageError):
+    """One client address holds `LOGTRIAGE_MAX_CONNECTIONS_PER_CLIENT` connections to a server
+    process already; answered by the HTTP protocol layer as the connection opens."""
+
+    slug, title, http_status, exit_code = "too-many-connections", "Too many connections", 429, 3
+
+
 class AnalysisNotReadyError(ConflictError):
     """The analysis exists but has no result yet (still running) or failed."""
 

@@ -35,6 +35,13 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from app.api.inputcheck import MAX_HEADER_BYTES, MAX_HEADERS
+from app.errors import (
+    HeaderFieldsTooLargeError,
+    LogtriageError,
+    RequestTimeoutError,
+    ServiceUnavailableError,
+    TooManyConnectionsError,
+)
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -123,20 +130,18 @@ if HttpToolsProtocol is not None:
             client = self.client[0] if self.client else ""
             if limits.total and conns.total >= limits.total:
                 self._refuse(
-                    503,
-                    "service-unavailable",
-                    "Service unavailable",
-                    f"the server holds its most connections ({limits.total}, LOGTRIAGE_MAX_CONNECTIONS); "
-                    "retry shortly",
+                    ServiceUnavailableError(
+                        f"the server holds its most connections ({limits.total}, LOGTRIAGE_MAX_CONNECTIONS); "
+                        "retry shortly"
+                    )
                 )
                 return
             if limits.per_client and client and conns.by_client.get(client, 0) >= limits.per_client:
                 self._refuse(
-                    429,
-                    "too-many-connections",
-                    "Too many connections",
-                    f"this client holds {limits.per_client} connections to this server process already "
-                    "(LOGTRIAGE_MAX_CONNECTIONS_PER_CLIENT); reuse them or retry shortly",
+                    TooManyConnectionsError(
+                        f"this client holds {limits.per_client} connections to this server process already "
+                        "(LOGTRIAGE_MAX_CONNECTIONS_PER_CLIENT); reuse them or retry shortly"
+                    )
                 )
                 return
             conns.add(client)
@@ -180,11 +185,10 @@ if HttpToolsProtocol is not None:
                 return
             timeout = self._limits().header_timeout
             self._send_problem(
-                408,
-                "request-timeout",
-                "Request timeout",
-                f"the request head (request line and headers) did not arrive within {timeout:g} s "
-                "(LOGTRIAGE_HEADER_TIMEOUT)",
+                RequestTimeoutError(
+                    f"the request head (request line and headers) did not arrive within {timeout:g} s "
+                    "(LOGTRIAGE_HEADER_TIMEOUT)"
+                )
             )
 
         def on_message_begin(self) -> None:
@@ -254,30 +258,27 @@ if HttpToolsProtocol is not None:
 
         def _send_431(self, detail: str) -> None:
             self._send_problem(
-                431,
-                "request-header-fields-too-large",
-                "Request header fields too large",
-                f"{detail}; at most {MAX_HEADER_BYTES >> 10} KiB and {MAX_HEADERS} fields",
+                HeaderFieldsTooLargeError(
+                    f"{detail}; at most {MAX_HEADER_BYTES >> 10} KiB and {MAX_HEADERS} fields"
+                )
             )
 
-        def _refuse(self, status: int, slug: str, title: str, detail: str) -> None:
+        def _refuse(self, err: LogtriageError) -> None:
             retry = [(b"retry-after", str(RETRY_AFTER_BUSY_S).encode())]
-            self._send_problem(status, slug, title, detail, headers=retry, linger=REFUSE_LINGER_SECONDS)
+            self._send_problem(err, headers=retry, linger=REFUSE_LINGER_SECONDS)
 
         def _send_problem(
             self,
-            status: int,
-            slug: str,
-            title: str,
-            detail: str,
+            err: LogtriageError,
             *,
             headers: list[tuple[bytes, bytes]] | None = None,
             linger: float = LINGER_SECONDS,
         ) -> None:
             """Answer from the protocol, before (or instead of) the app, and close the connection."""
             self._cancel_head_timer()
+            status = err.http_status
             body = json.dumps(
-                {"type": f"/problems/{slug}", "title": title, "status": status, "detail": detail}
+                {"type": f"/problems/{err.slug}", "title": err.title, "status": status, "detail": err.detail}
             ).encode()
             head = [b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode())]
             for name, value in [*self.server_state.default_headers, *(headers or [])]:
