@@ -529,3 +529,33 @@ def test_a_full_disk_at_the_commit_or_in_the_database_gives_507(
         _assert_507(r)
         assert store_state(srv) == before, name
     _works_again(srv)
+
+
+def test_what_counts_as_a_full_disk(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ENOSPC and EDQUOT (a quota), and a database saying so, are a 507 at the API and exit code
+    3 at the CLI; other OSErrors are not."""
+    import argparse
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from app import cli
+    from app.errors import InsufficientStorageError, disk_full, is_disk_full
+
+    assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert is_disk_full(OperationalError("INSERT", {}, sqlite3.OperationalError("database or disk is full")))
+    assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
+    err = disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert isinstance(err, InsufficientStorageError) and err.http_status == 507 and err.exit_code == 3
+
+    def quota(_args: Any) -> int:
+        raise OSError(errno.EDQUOT, "Disk quota exceeded")
+
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(func=quota)
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    assert cli.main([]) == 3
+    assert "disk is full (Disk quota exceeded)" in capsys.readouterr().err
