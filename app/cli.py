@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from app.errors import LogtriageError, UsageError
+from app.errors import LogtriageError, UsageError, disk_full, is_disk_full
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -292,6 +292,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `logtriage analyze big.log | head`: stop quietly like other Unix tools.
         sys.stderr.close()
         return 0
+    except OSError as exc:  # after BrokenPipeError, an OSError too
+        if not is_disk_full(exc):  # ENOSPC/EDQUOT: InsufficientStorageError's exit code (3)
+            raise
+        err = disk_full(exc)
+        print(f"logtriage: error: {err.detail}", file=sys.stderr)
+        return err.exit_code
 
 
 if __name__ == "__main__":

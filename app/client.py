@@ -29,7 +29,7 @@ from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
 from app.errors import RemoteError, UsageError
 
 CHUNK = 1 << 20
-RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+RETRY_STATUS = {408, 429, 500, 502, 503, 504, 507}  # 507: a full disk, freed later
 
 
 @dataclass

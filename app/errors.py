@@ -7,6 +7,13 @@ so the edges never translate errors by hand.
 
 from __future__ import annotations
 
+import errno
+
+# what a full disk (or an exhausted quota) says: ENOSPC, EDQUOT
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+# ... and how a database says it (SQLite; PostgreSQL's "could not extend file": No space left)
+_DISK_FULL_WORDS = ("database or disk is full", "no space left on device", "disk quota exceeded")
+
 
 class LogtriageError(Exception):
     """Base of every user-facing error."""
@@ -107,6 +114,13 @@ class HeaderFieldsTooLargeError(LogtriageError):
     slug, title, http_status = "request-header-fields-too-large", "Request header fields too large", 431
 
 
+class TooManyConnectionsError(LogtriageError):
+    """One client address holds `LOGTRIAGE_MAX_CONNECTIONS_PER_CLIENT` connections to a server
+    process already; answered by the HTTP protocol layer as the connection opens."""
+
+    slug, title, http_status, exit_code = "too-many-connections", "Too many connections", 429, 3
+
+
 class AnalysisNotReadyError(ConflictError):
     """The analysis exists but has no result yet (still running) or failed."""
 
@@ -139,6 +153,24 @@ class InsufficientStorageError(LogtriageError):
     """The disk (blob store, spool or database) is full: nothing was stored; free space and retry."""
 
     slug, title, http_status, exit_code = "insufficient-storage", "Insufficient storage", 507, 3
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """An OSError with ENOSPC/EDQUOT, or a database error that says the disk is full."""
+    if isinstance(exc, InsufficientStorageError):
+        return True
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+        return True
+    text = str(exc).lower()
+    return any(w in text for w in _DISK_FULL_WORDS)
+
+
+def disk_full(exc: BaseException | None = None) -> InsufficientStorageError:
+    """The one 507 a full disk becomes, wherever it is met (spool, pending blob, commit, database)."""
+    why = f" ({exc.strerror})" if isinstance(exc, OSError) and exc.strerror else ""
+    return InsufficientStorageError(
+        f"the server's disk is full{why}: nothing was stored; retry once space is freed"
+    )
 
 
 class RemoteError(LogtriageError):

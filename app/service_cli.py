@@ -243,7 +243,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         proxy_headers=True,
         timeout_graceful_shutdown=30,
-        http=uvicorn_http(),  # request heads bounded: 431, not unbounded memory
+        # request heads bounded (431), head timeout (408), connections per client and in all capped;
+        # uvicorn's own worker processes (no SO_REUSEPORT) read the limits from the environment
+        http=uvicorn_http(settings if settings.workers == 1 else None),
     )
     return 0
 

@@ -132,6 +132,43 @@ class Settings(BaseSettings):
         description="Seconds an upload's body may send nothing before the request is answered 408 "
         "(a stalled or trickling client does not hold a spool file and a connection; 0 = wait forever).",
     )
+    min_body_rate: int = Field(
+        default=1024,
+        ge=0,
+        description="Bytes per second an upload's body must average over each `body_rate_window` "
+        "(from one window after its start); slower, the request is answered 408 and its spool "
+        "removed: a body trickled a byte at a time does not hold a connection for hours "
+        "(0 = no minimum).",
+    )
+    body_rate_window: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds over which `min_body_rate` is averaged; also the grace at the start of a "
+        "body. A byte every 10 s is cut about one window after the body starts.",
+    )
+    header_timeout: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds a connection has to send its whole request head (request line and "
+        "headers), counted from the connection for its first request and from the first byte of each "
+        "later one; past it the connection is closed, with a 408 if part of a head came "
+        "(0 = no limit). An idle kept-alive connection is closed after uvicorn's keep-alive timeout (5 s).",
+    )
+    max_connections_per_client: int = Field(
+        default=64,
+        ge=0,
+        description="Open connections one client address may hold per server process; one more gets "
+        "429 + Retry-After at once and is closed. With `--workers N` each process counts its own "
+        "(a client may hold up to N times this). Behind a reverse proxy every connection comes from "
+        "the proxy: raise it above what the proxy opens, or 0 (no limit).",
+    )
+    max_connections: int = Field(
+        default=1024,
+        ge=0,
+        description="Open connections per server process; one more gets 503 + Retry-After at once "
+        "and is closed (0 = no limit). Keep it under the process's open-file limit (`ulimit -n`).",
+    )
     auth_cache_seconds: float = Field(
         default=5.0,
         ge=0,

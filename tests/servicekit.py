@@ -125,7 +125,7 @@ class LiveServer:
                 port=self.port,
                 log_level="warning",
                 lifespan="on",
-                http=uvicorn_http(),  # as `logtriage serve` runs it: request heads bounded
+                http=uvicorn_http(settings),  # as `logtriage serve` runs it
             )
         )
         self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{self.port}", daemon=True)

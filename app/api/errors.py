@@ -7,7 +7,6 @@ offending fields under ``errors``), unknown routes 404 ``not-found``, and anythi
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
 from http import HTTPStatus
@@ -26,6 +25,8 @@ from app.errors import (
     LogtriageError,
     ServiceUnavailableError,
     all_errors,
+    disk_full,
+    is_disk_full,
 )
 
 PROBLEM_JSON = "application/problem+json"
@@ -175,19 +176,17 @@ def install(app: FastAPI) -> None:
     async def on_database(request: Request, exc: Exception) -> Response:
         # an outage, not a bug: the pool reconnects (pre-ping) once the database is back
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        if "disk is full" in first or "No space left" in first:
-            return await on_storage(request, OSError(28, first))
+        if is_disk_full(exc):
+            return await on_storage(request, exc)
         log.warning("database unavailable on %s %s: %s", request.method, request.url.path, first)
         err = ServiceUnavailableError("the database cannot be reached; retry in a few seconds")
         return negotiated(request, err, headers={"Retry-After": str(RETRY_AFTER_S)})
 
     async def on_storage(request: Request, exc: Exception) -> Response:
-        if not (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+        if not is_disk_full(exc):
             return await on_unexpected(request, exc)
         log.error("disk full on %s %s: %s", request.method, request.url.path, exc)
-        err = InsufficientStorageError(
-            "the server's disk is full: nothing was stored; retry once space is freed"
-        )
+        err = disk_full(exc)
         return negotiated(request, err, headers={"Retry-After": str(RETRY_AFTER_S * 12)})
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:

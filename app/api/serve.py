@@ -88,6 +88,7 @@ def _worker(sock: socket.socket, log_level: str, parent: int, warm: Event) -> No
     import uvicorn
 
     from app.api.protocol import uvicorn_http
+    from app.settings import get_settings
 
     global _warm
     _warm = warm
@@ -98,7 +99,8 @@ def _worker(sock: socket.socket, log_level: str, parent: int, warm: Event) -> No
         log_level=log_level,
         proxy_headers=True,
         timeout_graceful_shutdown=STOP_GRACE_S,
-        http=uvicorn_http(),  # request heads bounded: 431, not unbounded memory
+        # request heads bounded (431), head timeout (408), connections capped: per process
+        http=uvicorn_http(get_settings()),
     )
     server = uvicorn.Server(config)
 

@@ -9,15 +9,19 @@ Two shapes are accepted on ``POST /api/v1/analyses``:
 
 Bytes are hashed while they are written (in a worker thread, 1 MiB at a time) and counted
 against the upload limit and the temporary-disk limit, which end the request with 413 as soon as
-one is crossed. A body that sends nothing for `LOGTRIAGE_BODY_TIMEOUT` seconds ends it with 408.
+one is crossed. A body that sends nothing for `LOGTRIAGE_BODY_TIMEOUT` seconds, or that averages
+less than `LOGTRIAGE_MIN_BODY_RATE` bytes/s over a `LOGTRIAGE_BODY_RATE_WINDOW`, ends it with 408.
+A full disk while spooling is a 507 (`app.api.errors`); the route removes the spool either way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import re
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,34 +111,96 @@ class Limits:
 
     tmp_bytes: int = 0
     body_timeout: float = 0.0
+    min_body_rate: int = 0
+    body_rate_window: float = 30.0
 
     @classmethod
     def of(cls, request: Request) -> Limits:
         settings = getattr(request.app.state, "settings", None)
         if settings is None:
             return cls()
-        return cls(tmp_bytes=settings.max_tmp_bytes, body_timeout=settings.body_timeout)
+        return cls(
+            tmp_bytes=settings.max_tmp_bytes,
+            body_timeout=settings.body_timeout,
+            min_body_rate=settings.min_body_rate,
+            body_rate_window=settings.body_rate_window,
+        )
+
+
+class _RateFloor:
+    """A body must bring `rate` bytes/s averaged over every `window` seconds, from one window
+    after its start: bytes counted per second of arrival, the last window's kept (a few dozen
+    numbers). `deadline()` is when the floor breaks if nothing more arrives."""
+
+    def __init__(self, rate: int, window: float, now: float) -> None:
+        self.rate = rate
+        self.window = window
+        self.need = rate * window
+        self.start = now
+        self.seconds: deque[list[int]] = deque()  # [second of arrival, bytes]
+
+    def add(self, n: int, now: float) -> None:
+        sec = int(now)
+        if self.seconds and self.seconds[-1][0] == sec:
+            self.seconds[-1][1] += n
+        else:
+            self.seconds.append([sec, n])
+            while self.seconds and self.seconds[0][0] + 1 + self.window <= now:
+                self.seconds.popleft()
+
+    def deadline(self) -> float:
+        got = 0
+        for sec, n in reversed(self.seconds):  # the newest second that keeps the window full
+            got += n
+            if got >= self.need:
+                return max(self.start + self.window, sec + 1 + self.window)
+        return self.start + self.window
+
+    def received(self, now: float) -> int:
+        return sum(n for sec, n in self.seconds if sec + 1 + self.window > now)
 
 
 async def body_chunks(request: Request, timeout: float) -> AsyncIterator[bytes]:
-    """The request body as it arrives; a client that sends nothing for `timeout` seconds ends
-    the request with 408 (it would otherwise hold a connection and a spool file for ever)."""
+    """The request body as it arrives; a client that sends nothing for `timeout` seconds, or
+    less than `LOGTRIAGE_MIN_BODY_RATE` bytes/s over a `LOGTRIAGE_BODY_RATE_WINDOW`, ends the
+    request with 408 (it would otherwise hold a connection and a spool file for ever)."""
+    limits = Limits.of(request)
+    loop = asyncio.get_running_loop()
+    floor = (
+        _RateFloor(limits.min_body_rate, limits.body_rate_window, loop.time())
+        if limits.min_body_rate > 0
+        else None
+    )
     stream = request.stream().__aiter__()
     while True:
+        wait = timeout if timeout > 0 else None
+        too_slow = False
+        if floor is not None:
+            left = floor.deadline() - loop.time()
+            if wait is None or left < wait:
+                wait, too_slow = max(left, 0.0), True
         try:
-            if timeout > 0:
-                async with asyncio.timeout(timeout):
+            if wait is not None:
+                async with asyncio.timeout(wait):
                     chunk = await anext(stream)
             else:
                 chunk = await anext(stream)
         except StopAsyncIteration:
             return
         except TimeoutError:
+            if too_slow and floor is not None:
+                raise RequestTimeoutError(
+                    f"the request body came too slowly: {floor.received(loop.time())} bytes in the last "
+                    f"{limits.body_rate_window:g} s, under {limits.min_body_rate} bytes/s "
+                    "(LOGTRIAGE_MIN_BODY_RATE); send the upload again"
+                ) from None
             raise RequestTimeoutError(
                 f"the request body stalled: nothing arrived for {timeout:g} s "
                 "(LOGTRIAGE_BODY_TIMEOUT); send the upload again"
             ) from None
         if chunk:
+            if floor is not None:
+                floor.add(len(chunk), loop.time())
             yield chunk
 
 
@@ -203,7 +269,8 @@ class _Sink:
 
     def abort(self) -> None:
         if self._fh is not None:
-            self._fh.close()
+            with contextlib.suppress(OSError):  # a full disk fails the flush too; the file goes anyway
+                self._fh.close()
 
 
 @dataclass

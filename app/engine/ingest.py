@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from app.errors import InputError, InputTooLargeError, LogtriageError, UnsupportedMediaError
+from app.errors import (
+    DISK_FULL_ERRNOS,
+    InputError,
+    InputTooLargeError,
+    LogtriageError,
+    UnsupportedMediaError,
+    disk_full,
+)
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -160,10 +167,14 @@ class LimitedReader:
     def readinto(self, b: memoryview) -> int:
         try:
             n = self._inner.readinto(b) or 0
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise InputError(f"{self._name}: cannot read ({exc})") from None
         except LogtriageError:
             raise
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+                # a reader that writes (the service's redacted upload stages its blob) met a
+                # full disk: the server's trouble, not the input's (507, not 400)
+                raise disk_full(exc) from None
+            raise InputError(f"{self._name}: cannot read ({exc})") from None
         except Exception as exc:  # zstd, zlib and ISA-L raise their own types (ZstdError, IsalError)
             if type(exc).__name__ == "ZstdError":
                 raise InputError(f"{self._name}: corrupt zstd data ({exc})") from None

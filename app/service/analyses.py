@@ -7,7 +7,6 @@ pages, the REST API and the Slack bot all start analyses through `AnalysisServic
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 from collections import deque
 from collections.abc import Collection
@@ -24,10 +23,11 @@ from app.db.models import Analysis, AnalysisFile
 from app.db.repo import FileRecord, JobMeta, StoredBlob
 from app.db.session import Database
 from app.errors import (
-    InsufficientStorageError,
     InternalError,
     LogtriageError,
     ServiceUnavailableError,
+    disk_full,
+    is_disk_full,
 )
 from app.service.admission import Admission, Ticket
 from app.service.jobs import JobError, RetriageJob, ScanJob, ScanOutcome, StoredFile, StoredInput
@@ -66,10 +66,8 @@ def _blob_shas(outcome: ScanOutcome) -> list[str]:
 def unexpected(exc: BaseException) -> LogtriageError:
     if isinstance(exc, LogtriageError):
         return exc
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return InsufficientStorageError(
-            "the server's disk is full: nothing was stored; retry when space is freed"
-        )
+    if is_disk_full(exc):  # the spool, a pending blob, its commit or the database's file
+        return disk_full(exc)
     return InternalError(f"unexpected {type(exc).__name__}; the server log has the details")
 
 

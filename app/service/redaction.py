@@ -36,7 +36,7 @@ from app.engine.ingest import (
     rank_from_name,
 )
 from app.engine.redact import redact_stream, redact_text
-from app.errors import InputError, InputTooLargeError
+from app.errors import DISK_FULL_ERRNOS, InputError, InputTooLargeError, disk_full
 from app.service.jobs import InputFile
 from app.settings import Settings
 
@@ -98,14 +98,17 @@ class _BlobFeed:
 
     def put(self, chunk: bytes) -> None:
         if self._error is not None:
-            raise self._error
+            raise _storage(self._error)
         self.written += len(chunk)
         if self._queue is None and self.written > THREAD_AFTER:
             self._queue = queue.Queue(maxsize=2)  # MiB-sized chunks: what a one-line log holds in memory
             self._thread = threading.Thread(target=self._run, name="blob-writer", daemon=True)
             self._thread.start()
         if self._queue is None:
-            self.writer.write(chunk)
+            try:
+                self.writer.write(chunk)
+            except OSError as exc:
+                raise _storage(exc) from None
         else:
             self._queue.put(chunk)
         if self.tmp is not None and self.written >= self._next_check:
@@ -138,8 +141,12 @@ class _BlobFeed:
         self._stop()
         if self._error is not None:
             self.writer.abort()
-            raise self._error
-        blob = self.writer.finish()
+            raise _storage(self._error)
+        try:
+            blob = self.writer.finish()
+        except OSError as exc:
+            self.writer.abort()
+            raise _storage(exc) from None
         if self.tmp is not None:
             self.tmp.staged += blob.stored_size
             try:
@@ -152,6 +159,12 @@ class _BlobFeed:
     def abort(self) -> None:
         self._stop()
         self.writer.abort()
+
+
+def _storage(exc: BaseException) -> BaseException:
+    """A full disk met while staging a blob is a 507 (`InsufficientStorageError`), whoever reads
+    the upload (the scan wraps it in a reader that calls other OSErrors unreadable input)."""
+    return disk_full(exc) if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS else exc
 
 
 class _Reads:
