@@ -46,7 +46,9 @@ class Gate:
 
 @pytest.fixture
 def saturable(db_url: str, tmp_path: Path) -> Iterator[LiveServer]:
-    settings = make_settings(tmp_path / "data", db_url, analysis_workers=1, analysis_backlog=2, client_share=1.0)
+    settings = make_settings(
+        tmp_path / "data", db_url, analysis_workers=1, analysis_backlog=2, client_share=1.0
+    )
     with live_server(settings) as srv:
         yield srv
 
@@ -88,7 +90,9 @@ def test_a_saturated_server_answers_at_once_and_finishes_what_it_accepted(satura
 
 
 def test_one_client_over_its_share_gets_429(db_url: str, tmp_path: Path) -> None:
-    settings = make_settings(tmp_path / "data", db_url, analysis_workers=1, analysis_backlog=4, client_share=0.25)
+    settings = make_settings(
+        tmp_path / "data", db_url, analysis_workers=1, analysis_backlog=4, client_share=0.25
+    )
     with live_server(settings) as srv, srv.client() as c, Gate(srv) as gate:
         assert _post(c, 1, Prefer="respond-async").status_code == 202  # running
         assert _post(c, 2, Prefer="respond-async").status_code == 202  # its one place in line
