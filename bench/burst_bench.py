@@ -7,7 +7,8 @@ Both servers run `--workers 2` on PostgreSQL, bound to 127.0.0.1:
 - `logtriage serve` (its own database `logtriage_burst`, dropped at the end);
 - bench/trivial_app.py: reads the body, writes and fsyncs it, inserts a row. Nothing else.
 
-Each hook posts a distinct ~1 MB log of ordinary training-metric lines (Megatron iteration lines,
+Each hook posts from its own loopback address (127.1.x.y: in an incident they come from as many
+nodes) a distinct ~1 MB log of ordinary training-metric lines (Megatron iteration lines,
 verl step lines) ending in a CUDA OOM, on its own connection; all are released together. A
 hook does what `logtriage submit` does: on 429/503 it waits `Retry-After` and posts again (same
 Idempotency-Key); on 202 it is accepted and the analysis finishes in the background.
@@ -126,9 +127,13 @@ class Server:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-def post(port: int, path: str, body: bytes, key: str) -> tuple[int, float, dict[str, str], bytes]:
+def post(
+    port: int, path: str, body: bytes, key: str, source: str | None = None
+) -> tuple[int, float, dict[str, str], bytes]:
     t0 = time.perf_counter()
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=600, source_address=(source, 0) if source else None
+    )
     try:
         conn.request("POST", path, body=body, headers={"Content-Type": "text/plain", "Idempotency-Key": key})
         resp = conn.getresponse()
@@ -138,13 +143,13 @@ def post(port: int, path: str, body: bytes, key: str) -> tuple[int, float, dict[
         conn.close()
 
 
-def hook(port: int, path: str, body: bytes, key: str, deadline: float) -> dict[str, Any]:
+def hook(port: int, path: str, body: bytes, key: str, deadline: float, source: str) -> dict[str, Any]:
     """One hook as `logtriage submit` runs it: retry 429/503 after Retry-After, same key."""
     attempts: list[tuple[int, float]] = []
     t0 = time.perf_counter()
     while True:
         try:
-            status, took, headers, data = post(port, path, body, key)
+            status, took, headers, data = post(port, path, body, key, source)
         except OSError as exc:
             attempts.append((-1, 0.0))
             return {"status": -1, "error": type(exc).__name__, "attempts": attempts}
@@ -216,7 +221,8 @@ def burst(port: int, path: str, bodies: list[bytes], tag: str) -> dict[str, Any]
 
     def run(i: int) -> None:
         go.wait()
-        results[i] = hook(port, path, bodies[i], f"{tag}-{i}", deadline)
+        # each failed job's hook runs on its own node: its own address (all of 127/8 is loopback)
+        results[i] = hook(port, path, bodies[i], f"{tag}-{i}", deadline, f"127.1.{i // 250}.{i % 250 + 1}")
 
     probe = Probe(port)
     probe.start()

@@ -213,10 +213,13 @@ class _Sink:
     first sink that writes.
     """
 
-    def __init__(self, path: Path, *, name: str, limit: int = 0) -> None:
+    def __init__(self, path: Path, *, name: str, limit: int = 0, digest: bool = True) -> None:
         self.path = path
         self.name = name
         self.limit = limit
+        # the body's sha256 only serves the Idempotency-Key check: without a key it is not worth
+        # its ~0.9 s of CPU per GB
+        self.digest = digest
         self.size = 0
         self.head = b""
         self.data: bytes | None = None  # the whole file, when it stayed in memory
@@ -244,7 +247,8 @@ class _Sink:
 
     def _write(self, data: bytes) -> None:
         self._file().write(data)
-        self._hash.update(data)
+        if self.digest:
+            self._hash.update(data)
 
     async def flush(self, *, force: bool = False) -> None:
         if self._buf and (force or len(self._buf) >= FLUSH_BYTES):
@@ -258,11 +262,11 @@ class _Sink:
         if in_memory and self._fh is None:
             self.data = bytes(self._buf)
             self._buf.clear()
-            return hashlib.sha256(self.data).hexdigest()
+            return hashlib.sha256(self.data).hexdigest() if self.digest else ""
         await self.flush(force=True)
 
         await asyncio.to_thread(lambda: self._file().close())
-        return self._hash.hexdigest()
+        return self._hash.hexdigest() if self.digest else ""
 
     def input_file(self) -> InputFile:
         return InputFile(self.name, str(self.path), data=self.data)
@@ -306,20 +310,33 @@ def check_declared_length(
 
 
 async def receive(
-    request: Request, *, spool: Path, limit: int, raw_name: str | None, form: bool = False
+    request: Request,
+    *,
+    spool: Path,
+    limit: int,
+    raw_name: str | None,
+    form: bool = False,
+    digest: bool = True,
 ) -> Upload:
     """Spool the request body; raises LogtriageErrors (415, 413, 400, 422) on bad input.
 
     `form`: the body is the web page's own form (sent without JavaScript): empty file inputs
-    are left out, the paste box counts as a log, and the CSRF field is accepted."""
+    are left out, the paste box counts as a log, and the CSRF field is accepted. `digest`: hash
+    a raw body (only an Idempotency-Key check needs it)."""
     try:
-        return await _receive(request, spool=spool, limit=limit, raw_name=raw_name, form=form)
+        return await _receive(request, spool=spool, limit=limit, raw_name=raw_name, form=form, digest=digest)
     except ClientDisconnect:
         raise InputError("the client disconnected before the upload was complete") from None
 
 
 async def _receive(
-    request: Request, *, spool: Path, limit: int, raw_name: str | None, form: bool = False
+    request: Request,
+    *,
+    spool: Path,
+    limit: int,
+    raw_name: str | None,
+    form: bool = False,
+    digest: bool = True,
 ) -> Upload:
     limits = Limits.of(request)
     check_declared_length(request, limit)
@@ -337,7 +354,13 @@ async def _receive(
         )
     if ctype in RAW_TYPES or ctype.startswith("text/"):
         return await _receive_raw(
-            request, spool=spool, budget=budget, encoding=encoding, name=raw_name, timeout=limits.body_timeout
+            request,
+            spool=spool,
+            budget=budget,
+            encoding=encoding,
+            name=raw_name,
+            timeout=limits.body_timeout,
+            digest=digest,
         )
     raise UnsupportedMediaError(
         f"Content-Type {ctype!r} is not accepted; send the log as text/plain (optionally with "
@@ -346,10 +369,17 @@ async def _receive(
 
 
 async def _receive_raw(
-    request: Request, *, spool: Path, budget: _Budget, encoding: str, name: str | None, timeout: float
+    request: Request,
+    *,
+    spool: Path,
+    budget: _Budget,
+    encoding: str,
+    name: str | None,
+    timeout: float,
+    digest: bool = True,
 ) -> Upload:
     display = safe_name(name, "job.log")
-    sink = _Sink(spool / "in-0", name=display)
+    sink = _Sink(spool / "in-0", name=display, digest=digest)
     try:
         async for chunk in body_chunks(request, timeout):
             budget.take(len(chunk))

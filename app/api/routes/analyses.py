@@ -144,7 +144,13 @@ async def create_analysis(
         check_notify(ctx, notify)  # before the upload is read: a refused request stores nothing
     spool = spool_path_for(settings.data_dir)
     try:
-        upload = await receive(request, spool=spool, limit=settings.max_upload_bytes, raw_name=filename)
+        upload = await receive(
+            request,
+            spool=spool,
+            limit=settings.max_upload_bytes,
+            raw_name=filename,
+            digest=idempotency_key is not None,
+        )
         intake = intake_of(
             upload,
             query={"job_id": job_id, "framework": framework, "exit_code": exit_code, "host": host},
