@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -42,6 +42,10 @@ from app.errors import (
     ValidationFailedError,
 )
 from app.service.jobs import InputFile, ScanJob
+from app.service.spool import mark_aborted, mark_done
+
+# called once a raw body has spooled its first MiB: the caller may start analysing it then
+OnSpool = Callable[[InputFile], Awaitable[None]]
 
 FLUSH_BYTES = 1 << 20
 MEMORY_BYTES = FLUSH_BYTES  # a request body up to this size is passed on in memory
@@ -246,7 +250,9 @@ class _Sink:
         return self._fh
 
     def _write(self, data: bytes) -> None:
-        self._file().write(data)
+        fh = self._file()
+        fh.write(data)
+        fh.flush()  # a scan worker may be reading behind it (`growing_file`)
         if self.digest:
             self._hash.update(data)
 
@@ -268,8 +274,18 @@ class _Sink:
         await asyncio.to_thread(lambda: self._file().close())
         return self._hash.hexdigest() if self.digest else ""
 
+    @property
+    def written(self) -> bool:
+        """Whether the file has bytes on disk (a body past 1 MiB)."""
+        return self._fh is not None
+
     def input_file(self) -> InputFile:
         return InputFile(self.name, str(self.path), data=self.data)
+
+    def growing_file(self, expected: int | None) -> InputFile:
+        """The file while it is still being written (read behind it until `mark_done`)."""
+        self._file().flush()
+        return InputFile(self.name, str(self.path), growing=True, expected=expected)
 
     def abort(self) -> None:
         if self._fh is not None:
@@ -284,6 +300,7 @@ class Upload:
     fields: dict[str, list[str]] = field(default_factory=dict)
     parts: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, name, sha256)
     total_bytes: int = 0  # log bytes as sent
+    streamed: bool = False  # its analysis started while the body arrived (`on_spool`)
 
 
 def _media_type(request: Request) -> tuple[str, dict[bytes, bytes]]:
@@ -317,14 +334,19 @@ async def receive(
     raw_name: str | None,
     form: bool = False,
     digest: bool = True,
+    on_spool: OnSpool | None = None,
 ) -> Upload:
     """Spool the request body; raises LogtriageErrors (415, 413, 400, 422) on bad input.
 
     `form`: the body is the web page's own form (sent without JavaScript): empty file inputs
     are left out, the paste box counts as a log, and the CSRF field is accepted. `digest`: hash
-    a raw body (only an Idempotency-Key check needs it)."""
+    a raw body (only an Idempotency-Key check needs it). `on_spool`: called with a raw body's
+    file once its first MiB is on disk, to analyse it while the rest arrives (the file then ends
+    with a `.done` marker, or `.abort` when the request fails)."""
     try:
-        return await _receive(request, spool=spool, limit=limit, raw_name=raw_name, form=form, digest=digest)
+        return await _receive(
+            request, spool=spool, limit=limit, raw_name=raw_name, form=form, digest=digest, on_spool=on_spool
+        )
     except ClientDisconnect:
         raise InputError("the client disconnected before the upload was complete") from None
 
@@ -337,6 +359,7 @@ async def _receive(
     raw_name: str | None,
     form: bool = False,
     digest: bool = True,
+    on_spool: OnSpool | None = None,
 ) -> Upload:
     limits = Limits.of(request)
     check_declared_length(request, limit)
@@ -361,11 +384,24 @@ async def _receive(
             name=raw_name,
             timeout=limits.body_timeout,
             digest=digest,
+            on_spool=on_spool,
         )
     raise UnsupportedMediaError(
         f"Content-Type {ctype!r} is not accepted; send the log as text/plain (optionally with "
         "Content-Encoding: gzip or zstd) or as multipart/form-data with `log` file parts"
     )
+
+
+def _check_head(head: bytes, encoding: str) -> None:
+    if encoding == "gzip" and not head.startswith(GZIP_MAGIC):
+        raise InputError("Content-Encoding says gzip but the body is not gzip data")
+    if encoding == "zstd" and not head.startswith(ZSTD_MAGIC):
+        raise InputError("Content-Encoding says zstd but the body is not zstd data")
+
+
+def _declared_length(request: Request) -> int | None:
+    length = request.headers.get("content-length", "")
+    return int(length) if length.isdigit() else None
 
 
 async def _receive_raw(
@@ -377,25 +413,32 @@ async def _receive_raw(
     name: str | None,
     timeout: float,
     digest: bool = True,
+    on_spool: OnSpool | None = None,
 ) -> Upload:
     display = safe_name(name, "job.log")
     sink = _Sink(spool / "in-0", name=display, digest=digest)
+    started = False
     try:
         async for chunk in body_chunks(request, timeout):
             budget.take(len(chunk))
             sink.feed(chunk)
             await sink.flush()
-        sha = await sink.close(in_memory=sink.size <= MEMORY_BYTES)
+            if on_spool is not None and not started and sink.written:
+                _check_head(sink.head, encoding)
+                started = True  # the analysis reads the file behind us from here on
+                await on_spool(sink.growing_file(_declared_length(request)))
+        sha = await sink.close(in_memory=sink.size <= MEMORY_BYTES and not started)
+        if started:
+            await asyncio.to_thread(mark_done, sink.path, sink.size)
     except BaseException:
         sink.abort()
+        if started:
+            mark_aborted(sink.path)
         raise
     if sink.size == 0:
         raise InputError("empty request body: send the log as the body (or as a multipart `log` part)")
-    if encoding == "gzip" and not sink.head.startswith(GZIP_MAGIC):
-        raise InputError("Content-Encoding says gzip but the body is not gzip data")
-    if encoding == "zstd" and not sink.head.startswith(ZSTD_MAGIC):
-        raise InputError("Content-Encoding says zstd but the body is not zstd data")
-    up = Upload(total_bytes=sink.size)
+    _check_head(sink.head, encoding)
+    up = Upload(total_bytes=sink.size, streamed=started)
     up.files.append(sink.input_file())
     up.parts.append(("log", display, sha))
     return up

@@ -26,9 +26,15 @@ class InputFile:
     name: str  # what findings cite (the uploaded file name)
     path: str  # the spooled upload, as sent: plain, gzip or zstd
     data: bytes | None = None  # the upload itself when it was small: then `path` does not exist
+    # the body is still arriving: `path` grows until its `.done` marker (app.service.spool), and
+    # `expected` is its declared length (None: unknown; `size` is then what has arrived so far)
+    growing: bool = False
+    expected: int | None = None
 
     @property
     def size(self) -> int:
+        if self.growing and self.expected is not None:
+            return self.expected
         return len(self.data) if self.data is not None else Path(self.path).stat().st_size
 
     def read(self) -> bytes:

@@ -21,7 +21,7 @@ from app.db.models import Analysis
 from app.errors import AnalysisNotReadyError, ValidationFailedError
 from app.service import aggregates, present
 from app.service.access import Principal, check_can_read
-from app.service.analyses import Completed
+from app.service.analyses import Completed, Started
 from app.service.context import ServiceContext
 from app.service.jobs import ScanJob
 
@@ -65,7 +65,33 @@ async def submit(
     turn, then is answered pending: the caller polls instead of holding a connection. A full
     backlog refuses it (503, or 429 for a client over its share) with nothing stored.
     `client`: who the backlog's turns are shared between (default: the principal)."""
-    started = await ctx.service.start(
+    started = await begin(
+        ctx,
+        job=job,
+        spool=spool,
+        meta=meta,
+        principal=principal,
+        idempotency_key=idempotency_key,
+        request_digest=request_digest,
+        client=client,
+    )
+    return await settle(ctx, started=started, wait=wait)
+
+
+async def begin(
+    ctx: ServiceContext,
+    *,
+    job: ScanJob,
+    spool: Path,
+    meta: repo.JobMeta,
+    principal: Principal,
+    idempotency_key: str | None,
+    request_digest: str,
+    client: str | None = None,
+) -> Started:
+    """The first half of `submit`: admit and start the analysis (refused: 503/429, nothing
+    stored). An upload whose body is still arriving starts here and `settle`s once it is in."""
+    return await ctx.service.start(
         job=job,
         spool=spool,
         meta=meta,
@@ -75,6 +101,10 @@ async def submit(
         request_digest=request_digest,
         client=principal.idempotency_scope if principal.token_id is not None or not client else client,
     )
+
+
+async def settle(ctx: ServiceContext, *, started: Started, wait: float | None) -> Submission:
+    """The second half of `submit`: wait for a started analysis as `submit` says."""
     task = started.task
     if task is None:
         return Submission(started.analysis_id, None, replayed=True)

@@ -97,6 +97,8 @@ class ScanPool:
 
     def is_bulk(self, job: ScanJob) -> bool:
         limit = self.settings.bulk_bytes
+        if limit > 0 and any(f.growing and f.expected is None for f in job.files):
+            return True  # still arriving, of a length nobody said: it may well be big
         return limit > 0 and sum(f.size for f in job.files) >= limit
 
     async def scan(self, job: ScanJob) -> ScanOutcome | JobError:

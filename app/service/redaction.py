@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from app.blobstore import BlobStore, BlobWriter, PendingBlob
 from app.engine.ingest import (
@@ -38,6 +38,7 @@ from app.engine.ingest import (
 from app.engine.redact import redact_stream, redact_text
 from app.errors import DISK_FULL_ERRNOS, InputError, InputTooLargeError, disk_full
 from app.service.jobs import InputFile
+from app.service.spool import GrowingFile
 from app.settings import Settings
 
 __all__ = [
@@ -252,11 +253,13 @@ def redact_upload(
     counts: Counter[str] | None = None,
 ) -> RedactedUpload:
     """An upload (spooled, or in memory) opened for the one pass: `RedactedUpload`."""
-    src = (
-        Source(name=f.name, stream=io.BytesIO(f.data), rank_hint=rank_from_name(f.name))
-        if f.data is not None
-        else Source(name=f.name, path=Path(f.path), rank_hint=rank_from_name(f.name))
-    )
+    if f.data is not None:
+        src = Source(name=f.name, stream=io.BytesIO(f.data), rank_hint=rank_from_name(f.name))
+    elif f.growing:  # read behind the request that is still writing it
+        stream = cast(BinaryIO, io.BufferedReader(GrowingFile(Path(f.path)), buffer_size=1 << 20))
+        src = Source(name=f.name, stream=stream, rank_hint=rank_from_name(f.name))
+    else:
+        src = Source(name=f.name, path=Path(f.path), rank_hint=rank_from_name(f.name))
     opened = open_source(src, budget=budget, guard=guard)
     try:
         writer = store.writer()

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import socket
+import time
 from pathlib import Path
+from typing import Any
+
+from app.errors import InputError
 
 
 def runner_id() -> str:
@@ -98,3 +103,82 @@ def live_claims(data_dir: Path) -> set[str]:
         except FileNotFoundError:
             continue
     return out
+
+
+# --- a spooled body read while it still arrives --------------------------------------------------
+#
+# A big raw upload is analysed while its body is still being received: the server writes the
+# spool file, a scan worker (another process) reads behind it. The writer ends the file with a
+# marker beside it: `<file>.done` holding the final size, or `<file>.abort`; a spool that is gone
+# (the request failed and its directory was removed) is an abort too.
+
+DONE_SUFFIX = ".done"
+ABORT_SUFFIX = ".abort"
+_POLL_S = 0.002
+
+
+def mark_done(path: Path, size: int) -> None:
+    tmp = path.with_name(path.name + DONE_SUFFIX + ".tmp")
+    tmp.write_text(str(size))
+    tmp.rename(path.with_name(path.name + DONE_SUFFIX))  # atomic: the reader never sees half
+
+
+def mark_aborted(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.with_name(path.name + ABORT_SUFFIX).touch()
+
+
+class GrowingFileAborted(InputError):
+    """The upload being read was not completed (its request failed; that request says why)."""
+
+
+class GrowingFile(io.RawIOBase):
+    """Reads a file another process is still writing, up to the size its `.done` marker gives.
+
+    At the current end it waits (polling: the writer is another process and the wait is short),
+    `stall_s` at most for a byte or the marker: the body timeouts of the request that writes it
+    end a stalled upload long before that."""
+
+    def __init__(self, path: Path, *, stall_s: float = 600.0) -> None:
+        self.path = path
+        self._fh = path.open("rb", buffering=0)
+        self._read = 0
+        self._final: int | None = None
+        self._stall_s = stall_s
+
+    def readable(self) -> bool:
+        return True
+
+    def _final_size(self) -> int | None:
+        if self._final is None:
+            done = self.path.with_name(self.path.name + DONE_SUFFIX)
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                self._final = int(done.read_text())
+        return self._final
+
+    def readinto(self, buffer: Any, /) -> int:
+        view = memoryview(buffer)
+        waited_since: float | None = None
+        while True:
+            final = self._final_size()
+            want = len(view) if final is None else min(len(view), final - self._read)
+            if want <= 0:
+                return 0
+            n = self._fh.readinto(view[:want]) or 0
+            if n:
+                self._read += n
+                return n
+            if final is not None:  # the writer closed the file before it wrote the marker
+                raise GrowingFileAborted(f"{self.path.name}: shorter than its upload ({final} bytes)")
+            if self.path.with_name(self.path.name + ABORT_SUFFIX).exists() or not self.path.exists():
+                raise GrowingFileAborted(f"{self.path.name}: the upload was not completed")
+            now = time.monotonic()
+            waited_since = waited_since or now
+            if now - waited_since > self._stall_s:
+                raise GrowingFileAborted(f"{self.path.name}: nothing arrived for {self._stall_s:g} s")
+            time.sleep(_POLL_S)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._fh.close()
+        super().close()

@@ -21,7 +21,7 @@ from app.api.schemas import (
     Source,
     parse_labels,
 )
-from app.api.upload import intake_of, receive
+from app.api.upload import Upload, intake_of, receive
 from app.blobstore import iter_range
 from app.db import repo
 from app.engine.models import Analysis as AnalysisModel
@@ -33,6 +33,8 @@ from app.errors import (
 from app.render.markdown import render_markdown
 from app.service import ops, present
 from app.service.access import check_can_read
+from app.service.analyses import Started
+from app.service.jobs import InputFile
 from app.service.spool import remove_tree, spool_path_for
 from app.slack import CHANNEL_ID
 
@@ -143,6 +145,28 @@ async def create_analysis(
     if notify is not None:
         check_notify(ctx, notify)  # before the upload is read: a refused request stores nothing
     spool = spool_path_for(settings.data_dir)
+    query = {"job_id": job_id, "framework": framework, "exit_code": exit_code, "host": host}
+    client = request.client.host if request.client else None
+    early: Started | None = None
+
+    async def analyse_while_it_arrives(f: InputFile) -> None:
+        # a big raw body without an Idempotency-Key (nothing to compare it with first): the
+        # scan worker reads the spool behind the upload instead of after it
+        nonlocal early
+        first = intake_of(
+            Upload(files=[f], parts=[("log", f.name, "")]), query=query, labels=label or [], source=source
+        )
+        early = await ops.begin(
+            ctx,
+            job=first.job,
+            spool=spool,
+            meta=first.meta,
+            principal=principal,
+            idempotency_key=None,
+            request_digest=first.digest,
+            client=client,
+        )
+
     try:
         upload = await receive(
             request,
@@ -150,28 +174,27 @@ async def create_analysis(
             limit=settings.max_upload_bytes,
             raw_name=filename,
             digest=idempotency_key is not None,
+            on_spool=analyse_while_it_arrives if idempotency_key is None else None,
         )
-        intake = intake_of(
-            upload,
-            query={"job_id": job_id, "framework": framework, "exit_code": exit_code, "host": host},
-            labels=label or [],
-            source=source,
-        )
+        intake = intake_of(upload, query=query, labels=label or [], source=source)
     except BaseException:
         remove_tree(spool)
         raise
     wait, applied = _prefer(prefer, settings.sync_wait)
-    submission = await ops.submit(
-        ctx,
-        job=intake.job,
-        spool=spool,
-        meta=intake.meta,
-        principal=principal,
-        idempotency_key=idempotency_key,
-        request_digest=intake.digest,
-        wait=wait,
-        client=request.client.host if request.client else None,
-    )
+    if early is not None:
+        submission = await ops.settle(ctx, started=early, wait=wait)
+    else:
+        submission = await ops.submit(
+            ctx,
+            job=intake.job,
+            spool=spool,
+            meta=intake.meta,
+            principal=principal,
+            idempotency_key=idempotency_key,
+            request_digest=intake.digest,
+            wait=wait,
+            client=client,
+        )
     base = base_url(request, ctx)
     if notify is not None and ctx.slack is not None and not submission.replayed:
         # posted after the answer: the hook's latency does not include Slack's
