@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import random
 import re
-import re._constants as sre_c  # type: ignore[import-not-found]
-import re._parser as sre_parse  # type: ignore[import-not-found]
+import re._constants as sre_c
+import re._parser as sre_parse
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,7 +202,9 @@ class Evaluator:
                 for t in self.templates
             ]
         if name == "utils.GenerateSampleSecret":
-            return Val(self.single.replace("%s", _text(args[0]), 1).replace("%s", args[1].text, 1), args[1].frags)
+            return Val(
+                self.single.replace("%s", _text(args[0]), 1).replace("%s", args[1].text, 1), args[1].frags
+            )
         if name == "fmt.Sprintf":
             fmt, rest = args[0], args[1:]
             parts = re.split(r"(%[sdvq%])", fmt.text)
@@ -382,11 +384,13 @@ def _templates(utils_dir: Path) -> tuple[list[str], str, dict[str, str]]:
     p = _Parser(tokenize("map[string]string{" + m.group(1) + "\n}"), Evaluator([], "", {}, 0), {})
     templates = [v.text for v in p.primary()]
     single = re.search(r"func GenerateSampleSecret\(.*?Sprintf\((\"(?:[^\"\\]|\\.)*\"|`[^`]*`)", src, re.S)
-    fmt = _go_string(single.group(1)) if single else "%s_api_token = \"%s\""
+    fmt = _go_string(single.group(1)) if single else '%s_api_token = "%s"'
     charsets = dict(_CHARSETS)
     pat_src = (utils_dir / "patterns.go").read_text()
-    for name, body in re.findall(r"func (\w+)\(size string\) string \{\s*return fmt\.Sprintf\(`([^`]*)`", pat_src):
-        charsets[name] = body.replace("%s", "%s")
+    for name, body in re.findall(
+        r"func (\w+)\(size string\) string \{\s*return fmt\.Sprintf\(`([^`]*)`", pat_src
+    ):
+        charsets[name] = body
     return templates, fmt, charsets
 
 
@@ -397,7 +401,12 @@ def _statements(body: str, p: _Parser) -> None:
     while i < len(toks):
         kind, tok = toks[i]
         nxt = toks[i + 1][1] if i + 1 < len(toks) else ""
-        if kind == "ident" and "." not in tok and nxt in (":=", "=") and (i == 0 or toks[i - 1][0] == "nl" or toks[i - 1][1] in ("{", ";", "var")):
+        if (
+            kind == "ident"
+            and "." not in tok
+            and nxt in (":=", "=")
+            and (i == 0 or toks[i - 1][0] == "nl" or toks[i - 1][1] in ("{", ";", "var"))
+        ):
             p.i = i + 2
             try:
                 p.env[tok] = p.expr()

@@ -90,15 +90,28 @@ def gitleaks(path: Path, show: str | None) -> dict[str, object]:
         fp_n, fp_ok = fp_n + len(rs.fps), fp_ok + fp_hit
         skipped += rs.skipped
         rows.append(
-            {"rule": rs.rule, "tps": len(rs.tps), "tp_redacted": tp_hit, "fps": len(rs.fps), "fp_untouched": fp_hit}
+            {
+                "rule": rs.rule,
+                "tps": len(rs.tps),
+                "tp_redacted": tp_hit,
+                "fps": len(rs.fps),
+                "fp_untouched": fp_hit,
+            }
         )
         if show and rs.rule == show:
             for s in rs.tps:
                 out = _redact(s.text)
-                print(("ok   " if not _leaked(s, out) else "MISS ") + repr(s.text)[:160] + "\n  -> " + repr(out)[:160])
+                print(
+                    ("ok   " if not _leaked(s, out) else "MISS ")
+                    + repr(s.text)[:160]
+                    + "\n  -> "
+                    + repr(out)[:160]
+                )
             for s in rs.fps:
                 out = _redact(s.text)
-                print(("ok   " if out == s.text else "FP   ") + repr(s.text)[:160] + "\n  -> " + repr(out)[:160])
+                print(
+                    ("ok   " if out == s.text else "FP   ") + repr(s.text)[:160] + "\n  -> " + repr(out)[:160]
+                )
     result: dict[str, object] = {
         "rules": len(rows),
         "tps": tp_n,
@@ -136,7 +149,7 @@ def _module_at(ref: str) -> ModuleType:
     spec = importlib.util.spec_from_loader("redact_before", loader=None)
     assert spec is not None
     mod = importlib.util.module_from_spec(spec)
-    exec(compile(src, f"redact.py@{ref}", "exec"), mod.__dict__)  # noqa: S102 (the project's own file)
+    exec(compile(src, f"redact.py@{ref}", "exec"), mod.__dict__)
     return mod
 
 
@@ -160,7 +173,11 @@ def throughput(log: Path, before: str | None, runs: int) -> dict[str, object]:
     result: dict[str, object] = {"log": str(log), "bytes": size, "runs": runs, "before_ref": before}
     for label in fns:
         mb_s = size / 1e6 / statistics.median(walls[label])
-        result[label] = {"mb_s": round(mb_s, 1), "walls_s": [round(w, 3) for w in walls[label]], "out_bytes": outs[label]}
+        result[label] = {
+            "mb_s": round(mb_s, 1),
+            "walls_s": [round(w, 3) for w in walls[label]],
+            "out_bytes": outs[label],
+        }
         print(f"{label:6} redact_stream {mb_s:7.1f} MB/s  (median of {runs}, {size / 1e6:.0f} MB)")
     return result
 

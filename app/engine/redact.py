@@ -29,44 +29,115 @@ from app.engine.matcher import Matcher, PatternSpec, build_matcher
 # secret is, not the secret) and a chat-template token (`stop_token=<|im_end|>`). A closing
 # parenthesis ends a value: `(token=...)` keeps its `)`.
 _NOT_VALUE = r"(?!(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]*)*(?:[\s\"',;}{)]|$))(?!<)"
-_VALUE = r"(?!\[REDACTED)" + _NOT_VALUE + r"(?=[^\s\"',;}{)]*[A-Za-z])[^\s\"',;}{)]{6,}"
+# Nor is code: `token = self.tokenizer.decode(ids)`, `api_key = os.environ["KEY"]`,
+# `password = settings.DB_PASSWORD` assign an expression (a call, a subscript, an attribute of a
+# lower-case name), `$API_KEY` / `${HF_TOKEN:-}` a shell variable; and a placeholder
+# (`ghp_xxxx...`, `pplx-XXXX...`, `****`) hides nothing. Random secrets have none of these shapes.
+_NOT_CODE = (
+    r"(?![A-Za-z_][\w.]{0,80}[(\[])"  # a call or a subscript
+    r"(?!(?-i:[a-z_][a-z0-9_]{0,40})(?:\.[A-Za-z_]\w{0,40}){1,8}(?![\w.-]))"  # an attribute
+    r"(?!\$)"  # a shell variable
+)
+_NOT_FILLER = r"(?![^\s\"'`]{0,80}(?:x{6}|X{6}|\*{4}|#{4}|\.\.\.))"
+_VALUE = (
+    r"(?!\[REDACTED)"
+    + _NOT_VALUE
+    + _NOT_CODE
+    + _NOT_FILLER
+    + r"(?=[^\s\"'`,;}{)]*[A-Za-z])[^\s\"'`,;}{)]{6,}"
+)
 # Keys whose value is a secret; tokenizer settings (pad_token, eos_token, ...) are not.
 _KEY = (
     r"(?:api[_-]?key|secret(?:[_-]?key)?|(?<!pad_|eos_|bos_|unk_|sep_|cls_|mask_)token"
-    r"|passw(?:or)?d|access[_-]?key|credentials?)"
+    r"|passw(?:or)?d|passphrase|\bpwd|access[_-]?key|private[_-]?key|client[_-]key[_-]data"
+    r"|credentials?)"
+)
+# How code, configs and env dumps assign: `=`, `:`, `:=`, `::=`, `?=`, `.=`, `=>`, a type in
+# between (`api_key: str = ...`, `var token string = ...`), or `setProperty("TOKEN", "...")`.
+_ASSIGN = (
+    r"(?:[\"'`]?(?:\s*:\s*(?:str|optional\[str\]|secretstr)|\s+string)?\s*(?:=>|:{1,3}=|[?.]=|=|:)"
+    r"|[\"']\s*,)\s*[\"'`]?"
 )
 RULES: list[tuple[str, str]] = [
-    # the whole key when it sits on one line (JSON-escaped), else its BEGIN line (see below)
+    # the whole key when it sits in one text (JSON-escaped, or a config read whole), else its
+    # BEGIN line (a stream withholds the body lines after it: see below)
     (
         "private-key",
-        r"(?P<secret>-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-\n]*-----END [A-Z ]*PRIVATE KEY-----)?)",
+        r"(?P<secret>-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-]*-----END [A-Z ]*PRIVATE KEY-----)?)",
     ),
     ("aws-access-key", r"\b(?P<secret>(?:AKIA|ASIA)[0-9A-Z]{16})\b"),
     ("alibaba-access-key", r"\b(?P<secret>LTAI[A-Za-z0-9]{12,30})\b"),
     ("tencent-secret-id", r"\b(?P<secret>AKID[A-Za-z0-9]{13,40})\b"),
-    ("google-api-key", r"(?P<secret>AIza[0-9A-Za-z_-]{35})"),
+    ("google-api-key", r"(?<![\w-])(?P<secret>AIza[0-9A-Za-z_-]{35})(?![\w-])"),
+    ("google-oauth-token", r"\b(?P<secret>ya29\.[0-9A-Za-z_-]{20,})"),
+    ("google-client-secret", r"\b(?P<secret>GOCSPX-[0-9A-Za-z_-]{24,})"),
     ("azure-storage-key", r"(?i)AccountKey=(?P<secret>[A-Za-z0-9+/=]{20,})"),
     ("azure-sas", r"[?&]sig=(?P<secret>[A-Za-z0-9%+/=]{16,})"),
+    # Entra ID client secrets: three characters, a digit, `Q~`, then 31-34 more
+    (
+        "azure-client-secret",
+        r"(?<![\w~.-])(?P<secret>[\w~.]{3}\dQ~[\w~.-]{31,34})(?![\w~.-])",
+    ),
     ("gcp-key-id", r"\"private_key_id\"\s*:\s*\"(?P<secret>[0-9a-f]{32,})\""),
-    ("gitlab-token", r"\b(?P<secret>glpat-[A-Za-z0-9_-]{20,})"),
-    ("stripe-key", r"\b(?P<secret>(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,})"),
+    (
+        "gitlab-token",
+        r"\b(?P<secret>(?:glpat|glptt|glrt|glrtr|gldt|glsoat|glcbt|glimt|glagent|gloas|glffct|glft)"
+        r"-" + _NOT_FILLER + r"[0-9A-Za-z_.-]{20,}|GR1348941[0-9A-Za-z_-]{20,})",
+    ),
+    (
+        "stripe-key",
+        r"\b(?P<secret>(?:sk|rk|pk)_(?:live|test|prod)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9+/=]{24,})",
+    ),
+    ("databricks-token", r"\b(?P<secret>dapi[a-f0-9]{32}(?:-\d)?)\b"),
+    ("npm-token", r"\b(?P<secret>npm_[A-Za-z0-9]{36})\b"),
+    ("pypi-token", r"\b(?P<secret>pypi-[A-Za-z0-9_-]{50,})"),
+    ("twilio-key", r"\b(?P<secret>SK[0-9a-fA-F]{32})\b"),
+    ("sendgrid-key", r"\b(?P<secret>SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64})"),
+    ("mailgun-key", r"\b(?P<secret>(?:pub)?key-[0-9a-zA-Z]{32})\b"),
     ("logtriage-token", r"\b(?P<secret>lt_[A-Za-z0-9_-]{40,})"),
     ("wandb-key", r"wandb login (?:--relogin )?(?P<secret>[0-9a-f]{40})\b"),
-    ("github-token", r"\b(?P<secret>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})"),
-    ("slack-token", r"\b(?P<secret>xox[abposr]-[A-Za-z0-9-]{10,})"),
+    (
+        "github-token",
+        r"\b" + _NOT_FILLER + r"(?P<secret>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})",
+    ),
+    # a digit first: `xoxo-indieweb` in a file name is not a token
+    (
+        "slack-token",
+        r"\b" + _NOT_FILLER + r"(?P<secret>xox[abposre]-\d[A-Za-z0-9-]{15,}|xapp-\d-[A-Za-z0-9-]{20,})",
+    ),
     ("slack-webhook", r"(?P<secret>https://hooks\.slack\.com/services/[A-Za-z0-9/]+)"),
-    ("huggingface-token", r"\b(?P<secret>hf_[A-Za-z0-9]{30,})"),
+    # 30-40 after the prefix, ended: `hf_requiredCharacteristicTypes...` is an identifier
+    ("huggingface-token", r"\b(?P<secret>hf_[A-Za-z0-9]{30,40})(?![\w-])"),
     ("openai-key", r"\b(?P<secret>sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,})"),
     ("jwt", r"\b(?P<secret>eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"),
-    # the look-ahead: a redacted URL is not a new secret when a stored log is re-triaged
-    ("url-credentials", r"://[^/\s:@]{1,64}:(?P<secret>(?!\[REDACTED)[^/\s@]{1,128})@"),
+    # The password runs to the last `@` of the authority (`mysql://u:p@ss@host`), the user may be
+    # empty (`redis://:pw@host`); `image:tag@sha256:...` is a digest, not a login. The look-ahead:
+    # a redacted URL is not a new secret when a stored log is re-triaged.
+    (
+        "url-credentials",
+        r"://[^/\s:@]{0,64}:(?P<secret>(?!\[REDACTED)[^/\s?#\"']{1,128})@(?!sha\d+:)",
+    ),
     ("bearer", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{16,})"),
     (
         "authorization",
         r"(?i)\bauthorization[\"']?\s*[:=]\s*[\"']?(?:(?:basic|token|digest)\s+)?"
         r"(?!bearer\s|\[REDACTED)(?P<secret>[A-Za-z0-9._~+/=-]{8,})",
     ),
-    ("secret-assignment", rf"(?i){_KEY}[\"']?\s*[=:]\s*[\"']?(?P<secret>{_VALUE})"),
+    # a header's whole value: every cookie in it may be a session
+    (
+        "cookie",
+        r"(?i)\b(?:set-)?cookie[\"']?\s*[:=]\s*[\"']?(?P<secret>(?!\[REDACTED)[^\s\"'\\][^\"'\\\r\n]{5,})",
+    ),
+    # ~/.docker/config.json: "auths": {"registry": {"auth": "base64(user:password)"}}
+    ("docker-auth", r"\"(?:auth|identitytoken)\"\s*:\s*\"(?P<secret>(?!\[REDACTED)[A-Za-z0-9+/=._-]{8,})\""),
+    ("netrc-password", r"\bmachine\s+\S+\s+login\s+\S+\s+password\s+(?P<secret>(?!\[REDACTED)\S+)"),
+    # password flags of the CLIs that print in job logs: `twine upload -p`, `az login -p`, `mysql -p`
+    (
+        "cli-password",
+        r"\b(?:twine|az\s+login|mysql|mysqldump|sshpass)\b[^\n]{0,300}?\s(?:-p\s*|--password[= ])"
+        r"[\"']?(?P<secret>" + _VALUE + ")",
+    ),
+    ("secret-assignment", rf"(?i){_KEY}{_ASSIGN}(?P<secret>{_VALUE})"),
     ("secret-flag", r"(?i)--[\w-]*(?:api-key|token|secret|password)[= ](?P<secret>" + _VALUE + ")"),
 ]
 
@@ -105,24 +176,40 @@ _HINTS: dict[str, tuple[tuple[str, ...], bool]] = {
     "alibaba-access-key": (("LTAI",), False),
     "tencent-secret-id": (("AKID",), False),
     "google-api-key": (("AIza",), False),
+    "google-oauth-token": (("ya29.",), False),
+    "google-client-secret": (("GOCSPX-",), False),
+    "azure-client-secret": (("Q~",), False),
     "azure-storage-key": (("accountkey=",), True),
     "azure-sas": (("sig=",), False),
     "gcp-key-id": (('"private_key_id"',), False),
-    "gitlab-token": (("glpat-",), False),
-    "stripe-key": (("_live_", "_test_"), False),
+    "gitlab-token": (("gl", "GR1348941"), False),
+    "stripe-key": (("_live_", "_test_", "_prod_", "whsec_"), False),
+    "databricks-token": (("dapi",), False),
+    "npm-token": (("npm_",), False),
+    "pypi-token": (("pypi-",), False),
+    "twilio-key": (("SK",), False),
+    "sendgrid-key": (("SG.",), False),
+    "mailgun-key": (("key-",), False),
     "logtriage-token": (("lt_",), False),
     "wandb-key": (("wandb login",), False),
     "authorization": (("authorization",), True),
     "github-token": (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
-    "slack-token": (("xox",), False),
+    "slack-token": (("xox", "xapp-"), False),
     "slack-webhook": (("https://hooks.slack.com/services/",), False),
     "huggingface-token": (("hf_",), False),
     "openai-key": (("sk-",), False),
     "jwt": (("eyJ",), False),
     "url-credentials": (("://",), False),
     "bearer": (("bearer",), True),
+    "cookie": (("cookie",), True),
+    "docker-auth": (('"auth"', '"identitytoken"'), False),
+    "netrc-password": (("machine",), False),
+    "cli-password": (("twine", "az", "mysql", "sshpass"), False),
     # one per alternative of _KEY
-    "secret-assignment": (("api", "secret", "token", "passw", "access", "credential"), True),
+    "secret-assignment": (
+        ("api", "secret", "token", "passw", "passphrase", "pwd", "access", "private", "client", "credential"),
+        True,
+    ),
     "secret-flag": (("--",), False),  # no letters: case does not matter
 }
 
