@@ -169,3 +169,29 @@ def test_no_planted_secret_reaches_any_place_the_service_keeps_or_shows(
     assert any(f"{API}" in line for line in seen)  # the access log did record the requests
     leaks = {(place, s[:12]) for place, text in places.items() for s in [*secrets, wandb] if s in text}
     assert leaks == set()
+
+
+# Secrets whose key and value are parted by a delimiter the forced cut may choose.
+_KEYED = [
+    ("secret-assignment", "password: ", "Hx7Qw2Er4Ty6"),
+    ("bearer", "Authorization: Bearer ", "Zq9Wm2Xr7Lp4Vn8Bt1Yc5Ua3"),
+    ("cli-password", "twine upload -u ci -p ", "R7mK2xQ9vL4p"),
+    ("netrc-password", "machine pypi.org login ci password ", "Zp4Kw9Rt2Lm7"),
+    ("cookie", "Cookie: ", "sessionid=9f8e7d6c5b4a3f2e1d0c"),
+    ("huggingface-token", "HF_TOKEN ", "hf_" + "Qz9" * 12),
+]
+
+
+@pytest.mark.parametrize(("kind", "key", "secret"), _KEYED, ids=[k for k, _, _ in _KEYED])
+@pytest.mark.parametrize("offset", [-700, -300, -40, -12, -1, 0, 1, 5, 300])
+def test_the_forced_cut_never_parts_a_secret_from_its_key(
+    kind: str, key: str, secret: str, offset: int
+) -> None:
+    from app.engine.redact import LONG_LINE_CUT
+
+    # the key ends `offset` bytes from the end of the first piece the stream must cut
+    head = LONG_LINE_CUT + offset - len(key)
+    line = ("w " * (head // 2))[:head] + key + secret + " and more" + " z" * 500 + "\n"
+    out = b"".join(redact_stream(io.BytesIO(line.encode()), chunk_size=LONG_LINE_CUT))
+    assert secret.encode() not in out and f"[REDACTED:{kind}]".encode() in out
+    assert out.count(b"\n") == 1 and out.startswith(b"w w ")

@@ -294,20 +294,49 @@ def redact_stream(
         yield out
 
 
-# Secrets hold none of these bytes: cutting a huge line just after one never splits a secret.
+# Secret values hold none of these bytes: cutting a huge line just after one never splits a
+# value. It may still part a value from its key (`password: ` | `hunter2`, `Bearer ` | `...`):
+# `_forced_cut` also checks that no rule's match (key and value) spans the cut.
 _SAFE_CUT = regex.compile(rb"[\s,;\"'<>(){}\[\]|]")
 CUT_WINDOW = 1 << 16
+CUT_CONTEXT = 1 << 10  # a key and its value are closer than this
+CUT_TRIES = 256
 
 
 def _forced_cut(block: bytes) -> int:
-    """Where to cut a line too long to hold whole: after the last delimiter in its last 64 KiB,
-    so a token straddling the cut is seen whole in the next piece. A 64 KiB run without any
-    delimiter is cut where it is: no secret kind is that long."""
+    """Where to cut a line too long to hold whole: after a delimiter in its last 64 KiB, the
+    last one that no secret's match (with its key) spans, so a secret straddling the cut is
+    seen whole in the next piece. A 64 KiB run without any delimiter is cut where it is: no
+    secret kind is that long."""
     tail = max(0, len(block) - CUT_WINDOW)
-    last = None
-    for m in _SAFE_CUT.finditer(block, tail):
-        last = m
-    return last.end() if last is not None else len(block)
+    cuts = [m.end() for m in _SAFE_CUT.finditer(block, tail)]
+    if not cuts:
+        return len(block)
+    # first the cuts with a whole context after them in this block, so that a match spanning
+    # one can be seen; a line dense with keys gets a bounded number of tries
+    far = [c for c in cuts if c <= len(block) - CUT_CONTEXT]
+    near = [c for c in cuts if c > len(block) - CUT_CONTEXT]
+    for c in [*reversed(far), *reversed(near)][:CUT_TRIES]:
+        if not _spanned(block, c):
+            return c
+    return far[-1] if far else cuts[-1]
+
+
+def _spanned(block: bytes, cut: int) -> bool:
+    """Whether a rule's whole match (key and value) in the bytes around `cut` spans it."""
+    lo = max(0, cut - CUT_CONTEXT)
+    before = block[lo:cut].decode("utf-8", "surrogateescape")
+    text = before + block[cut : cut + CUT_CONTEXT].decode("utf-8", "surrogateescape")
+    at = len(before)
+    try:
+        for kind in _PATTERNS:
+            if _may_match(kind, text):
+                for m in _rx(kind).finditer(text, timeout=0.5):
+                    if m.start() < at < m.end():
+                        return True
+    except TimeoutError:
+        return True
+    return False
 
 
 def _redact_line(line: bytes, counts: Counter[str] | None = None) -> bytes:
