@@ -309,7 +309,7 @@ def _forced_cut(block: bytes) -> int:
     seen whole in the next piece. A 64 KiB run without any delimiter is cut where it is: no
     secret kind is that long."""
     tail = max(0, len(block) - CUT_WINDOW)
-    cuts = [m.end() for m in _SAFE_CUT.finditer(block, tail)]
+    cuts: list[int] = [m.end() for m in _SAFE_CUT.finditer(block, tail)]
     if not cuts:
         return len(block)
     # first the cuts with a whole context after them in this block, so that a match spanning
