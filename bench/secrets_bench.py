@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Redaction measured against gitleaks' own examples, and its throughput.
 
-    python bench/secrets_bench.py gitleaks GITLEAKS [--json OUT] [--show RULE]
+    python bench/secrets_bench.py gitleaks GITLEAKS [--at REF] [--json OUT] [--show RULE]
     python bench/secrets_bench.py throughput LOG [--before REF] [--runs 3]
 
 gitleaks: GITLEAKS is a gitleaks work tree, or its bare git directory (read with `git archive`
@@ -9,7 +9,8 @@ into a temporary directory). Every rule's true positives (`tps`) and false posit
 evaluated from its Go source (bench/gitleaks_samples.py) and given to `redact_stream` as a log
 would be. A true positive counts as redacted when none of its generated secret parts survives (an
 8-character piece of one is enough to count it leaked); an example written out literally in the
-Go source, with no generated part, counts when its longest word is gone. A false positive counts
+Go source, with no generated part, counts when its longest run of token characters is gone
+(conservative: in `https://user:pass@host.example` that run is the host). A false positive counts
 as untouched when it comes out byte for byte.
 
 throughput: MB/s of `redact_stream` over LOG (e.g. `bench/gen_log.py LOG --size 256M`), for the
@@ -44,11 +45,15 @@ import gitleaks_samples  # noqa: E402  (sibling module; bench/ is not a package)
 
 from app.engine.redact import redact_stream  # noqa: E402
 
-_WORD = re.compile(r"[^\s\"'`=:,;{}()<>\[\]]+")
+# a literal example's secret: its longest run of token characters (base64 padding kept at the end)
+_WORD = re.compile(r"[A-Za-z0-9+_~-]+=*")
+
+
+_STREAM: list[Callable[[BinaryIO], Iterator[bytes]]] = [redact_stream]  # --at REF replaces it
 
 
 def _redact(text: str) -> str:
-    out = b"".join(redact_stream(io.BytesIO(text.encode() + b"\n")))
+    out = b"".join(_STREAM[0](io.BytesIO(text.encode() + b"\n")))
     return out.decode("utf-8", "replace")[:-1]
 
 
@@ -190,6 +195,7 @@ def main() -> int:
     g.add_argument("--json", type=Path)
     g.add_argument("--show", help="print each example of this rule and what came out")
     g.add_argument("--below", type=float, default=98.0, help="list the rules under this percentage")
+    g.add_argument("--at", help="a git ref: measure app/engine/redact.py as it was there")
     t = sub.add_parser("throughput")
     t.add_argument("log", type=Path)
     t.add_argument("--before", help="a git ref: also time app/engine/redact.py as it was there")
@@ -197,6 +203,8 @@ def main() -> int:
     t.add_argument("--json", type=Path)
     args = p.parse_args()
     if args.mode == "gitleaks":
+        if args.at:
+            _STREAM[0] = _module_at(args.at).redact_stream
         result = gitleaks(args.checkout, args.show)
         _print_gitleaks(result, args.below)
     else:

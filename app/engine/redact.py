@@ -36,7 +36,8 @@ _NOT_VALUE = r"(?!(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]*)*(?:[\s\"',;}{)]|$))(?!<)"
 _NOT_CODE = (
     r"(?![A-Za-z_][\w.]{0,80}[(\[])"  # a call or a subscript
     r"(?!(?-i:[a-z_][a-z0-9_]{0,40})(?:\.[A-Za-z_]\w{0,40}){1,8}(?![\w.-]))"  # an attribute
-    r"(?!\$)"  # a shell variable
+    r"(?!\$|%\w+%)"  # a shell or Windows variable
+    r"(?!(?-i:[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)(?![\w.-]))"  # a name: `access_token=ACCESS_TOKEN`
 )
 _NOT_FILLER = r"(?![^\s\"'`]{0,80}(?:x{6}|X{6}|\*{4}|#{4}|\.\.\.))"
 _VALUE = (
@@ -44,7 +45,7 @@ _VALUE = (
     + _NOT_VALUE
     + _NOT_CODE
     + _NOT_FILLER
-    + r"(?=[^\s\"'`,;}{)]*[A-Za-z])[^\s\"'`,;}{)]{6,}"
+    + r"(?=[^\s\"'`,;}{)]*[A-Za-z]|\d{16})[^\s\"'`,;}{)]{6,}"
 )
 # Keys whose value is a secret; tokenizer settings (pad_token, eos_token, ...) are not.
 _KEY = (
@@ -65,10 +66,10 @@ RULES: list[tuple[str, str]] = [
         "private-key",
         r"(?P<secret>-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-]*-----END [A-Z ]*PRIVATE KEY-----)?)",
     ),
-    ("aws-access-key", r"\b(?P<secret>(?:AKIA|ASIA)[0-9A-Z]{16})\b"),
+    ("aws-access-key", r"\b" + _NOT_FILLER + r"(?P<secret>(?:AKIA|ASIA)[0-9A-Z]{16})\b"),
     ("alibaba-access-key", r"\b(?P<secret>LTAI[A-Za-z0-9]{12,30})\b"),
     ("tencent-secret-id", r"\b(?P<secret>AKID[A-Za-z0-9]{13,40})\b"),
-    ("google-api-key", r"(?<![\w-])(?P<secret>AIza[0-9A-Za-z_-]{35})(?![\w-])"),
+    ("google-api-key", r"(?<![\w-])" + _NOT_FILLER + r"(?P<secret>AIza[0-9A-Za-z_-]{35})(?![\w-])"),
     ("google-oauth-token", r"\b(?P<secret>ya29\.[0-9A-Za-z_-]{20,})"),
     ("google-client-secret", r"\b(?P<secret>GOCSPX-[0-9A-Za-z_-]{24,})"),
     ("azure-storage-key", r"(?i)AccountKey=(?P<secret>[A-Za-z0-9+/=]{20,})"),
@@ -76,13 +77,13 @@ RULES: list[tuple[str, str]] = [
     # Entra ID client secrets: three characters, a digit, `Q~`, then 31-34 more
     (
         "azure-client-secret",
-        r"(?<![\w~.-])(?P<secret>[\w~.]{3}\dQ~[\w~.-]{31,34})(?![\w~.-])",
+        r"(?<![\w~.-])" + _NOT_FILLER + r"(?P<secret>[\w~.]{3}\dQ~[\w~.-]{31,34})(?![\w~.-])",
     ),
     ("gcp-key-id", r"\"private_key_id\"\s*:\s*\"(?P<secret>[0-9a-f]{32,})\""),
     (
         "gitlab-token",
-        r"\b(?P<secret>(?:glpat|glptt|glrt|glrtr|gldt|glsoat|glcbt|glimt|glagent|gloas|glffct|glft)"
-        r"-" + _NOT_FILLER + r"[0-9A-Za-z_.-]{20,}|GR1348941[0-9A-Za-z_-]{20,})",
+        r"\b" + _NOT_FILLER + r"(?P<secret>(?:glpat|glptt|glrt|glrtr|gldt|glsoat|glcbt|glimt|glagent"
+        r"|gloas|glffct|glft)-[0-9A-Za-z_.-]{20,}|GR1348941[0-9A-Za-z_-]{20,})",
     ),
     (
         "stripe-key",
@@ -105,9 +106,13 @@ RULES: list[tuple[str, str]] = [
         "slack-token",
         r"\b" + _NOT_FILLER + r"(?P<secret>xox[abposre]-\d[A-Za-z0-9-]{15,}|xapp-\d-[A-Za-z0-9-]{20,})",
     ),
-    ("slack-webhook", r"(?P<secret>https://hooks\.slack\.com/services/[A-Za-z0-9/]+)"),
+    ("slack-webhook", r"(?P<secret>(?:https?://)?hooks\.slack\.com/services/[A-Za-z0-9/_-]+)"),
     # 30-40 after the prefix, ended: `hf_requiredCharacteristicTypes...` is an identifier
-    ("huggingface-token", r"\b(?P<secret>hf_[A-Za-z0-9]{30,40})(?![\w-])"),
+    (
+        "huggingface-token",
+        r"\b" + _NOT_FILLER + r"(?P<secret>hf_[A-Za-z0-9]{30,40}|api_org_[A-Za-z0-9]{30,40})(?![\w-])",
+    ),
+    ("sourcegraph-token", r"\b(?P<secret>sgp_(?:local_|[a-fA-F0-9]{16}_)?[a-fA-F0-9]{40})\b"),
     ("openai-key", r"\b(?P<secret>sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,})"),
     ("jwt", r"\b(?P<secret>eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"),
     # The password runs to the last `@` of the authority (`mysql://u:p@ss@host`), the user may be
@@ -137,6 +142,14 @@ RULES: list[tuple[str, str]] = [
         r"\b(?:twine|az\s+login|mysql|mysqldump|sshpass)\b[^\n]{0,300}?\s(?:-p\s*|--password[= ])"
         r"[\"']?(?P<secret>" + _VALUE + ")",
     ),
+    # `curl -u user:password`, `--user`: the pair (a user alone has no colon)
+    (
+        "user-password",
+        r"(?<![^\s\"'])(?:-u|--user)[= ][ \t]*[\"']?(?![^\s\"']*[$<\[%{])(?=[^\s\"']*[A-Za-z])"
+        r"(?P<secret>[^\s\"':]*:(?!(?i:password|passwd|pass|token|secret|test)(?![^\s\"'])|[\"'\s]|$)[^\s\"']*)",
+    ),
+    # .NET / NuGet configs: <add key="ClearTextPassword" value="..." />
+    ("config-key-value", rf"(?i)\bkey=\"[\w.-]*{_KEY}[\w.-]*\"\s+value=\"(?P<secret>{_VALUE})\""),
     ("secret-assignment", rf"(?i){_KEY}{_ASSIGN}(?P<secret>{_VALUE})"),
     ("secret-flag", r"(?i)--[\w-]*(?:api-key|token|secret|password)[= ](?P<secret>" + _VALUE + ")"),
 ]
@@ -195,8 +208,9 @@ _HINTS: dict[str, tuple[tuple[str, ...], bool]] = {
     "authorization": (("authorization",), True),
     "github-token": (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
     "slack-token": (("xox", "xapp-"), False),
-    "slack-webhook": (("https://hooks.slack.com/services/",), False),
-    "huggingface-token": (("hf_",), False),
+    "slack-webhook": (("hooks.slack.com/services/",), False),
+    "sourcegraph-token": (("sgp_",), False),
+    "huggingface-token": (("hf_", "api_org_"), False),
     "openai-key": (("sk-",), False),
     "jwt": (("eyJ",), False),
     "url-credentials": (("://",), False),
@@ -206,6 +220,8 @@ _HINTS: dict[str, tuple[tuple[str, ...], bool]] = {
     "netrc-password": (("machine",), False),
     "cli-password": (("twine", "az", "mysql", "sshpass"), False),
     # one per alternative of _KEY
+    "user-password": (("-u", "--user"), False),
+    "config-key-value": (("key=",), True),
     "secret-assignment": (
         ("api", "secret", "token", "passw", "passphrase", "pwd", "access", "private", "client", "credential"),
         True,
@@ -258,7 +274,9 @@ def _matcher() -> Matcher:
     # reports strip escapes and would show the token: a word boundary may also be the `m` that
     # ends a colour code. Candidates can only be more; `_redact_line` checks each line on its
     # text without escapes too.
-    return build_matcher([PatternSpec(p.replace(r"\b", r"(?:\b|m)")) for _, p in RULES])
+    specs = [PatternSpec(p.replace(r"\b", r"(?:\b|m)")) for _, p in RULES]
+    # an element whose value is on the next line (below): its opening tag alone is a candidate
+    return build_matcher([*specs, PatternSpec(_XML_OPEN.pattern.decode())])
 
 
 LONG_LINE_CUT = 1 << 20  # the most of one line held at once
@@ -272,7 +290,9 @@ def redact_stream(
     `counts` (when given) gains one per secret replaced, by kind: the report's redaction summary."""
     matcher = _matcher()
     carry = b""
-    key_lines = 0  # lines of a multi-line PEM key body still to withhold
+    # lines of a multi-line PEM key body still to withhold, or _VALUE_NEXT: the block ended with
+    # an XML element's opening tag whose value may be the next line
+    key_lines = 0
     while True:
         block = src.read(chunk_size)
         if not block:
@@ -360,11 +380,13 @@ def _redact_block(
         return block, 0
     out: list[bytes] = []
     pos = 0
-    if key_lines:
+    if key_lines == _VALUE_NEXT:
+        pos, key_lines = _element_value(block, 0, out, counts), 0
+    elif key_lines:
         pos, key_lines = _withhold_key(block, 0, key_lines, out)
     for ls in sorted(starts):
         if ls < pos:
-            continue  # already withheld as part of a key body
+            continue  # already withheld as part of a key body, or an element's value
         le = block.find(b"\n", ls)
         le = len(block) if le < 0 else le
         out.append(block[pos:ls])
@@ -373,8 +395,38 @@ def _redact_block(
         if _KEY_BEGIN_ONLY.search(block, ls, le):
             out.append(block[le : le + 1])
             pos, key_lines = _withhold_key(block, le + 1, KEY_MAX_LINES, out)
+        elif _XML_OPEN.search(block, ls, le):
+            if le + 1 >= len(block):
+                key_lines = _VALUE_NEXT
+                continue
+            out.append(block[le : le + 1])
+            pos = _element_value(block, le + 1, out, counts)
     out.append(block[pos:])
     return b"".join(out), key_lines
+
+
+# `<apiToken>` (any name holding a secret key) alone on its line: pretty-printed XML puts the
+# value on the next one, where no rule sees a key. Lower-case here, as `(?i)` rules match.
+_XML_OPEN = regex.compile(
+    rb"(?i)<[\w.-]{0,40}?(?:api[_-]?key|secret|token|passw(?:or)?d|credentials?|access[_-]?key)"
+    rb"[\w.-]{0,40}>[ \t\r]*$"
+)
+_XML_VALUE = regex.compile(rb"[ \t]*(?![.\d]*[ \t\r]*$)([^\s<>\"']{6,})[ \t\r]*")
+_VALUE_NEXT = -1
+
+
+def _element_value(block: bytes, start: int, out: list[bytes], counts: Counter[str] | None) -> int:
+    """Redact the line at `start` when it is a lone value (the element's); return the position
+    after what was written."""
+    nl = block.find(b"\n", start)
+    le = len(block) if nl < 0 else nl
+    m = _XML_VALUE.fullmatch(block, start, le)
+    if m is None or m.group(1).startswith(b"[REDACTED"):
+        return start
+    if counts is not None:
+        counts["secret-assignment"] += 1
+    out.append(block[start : m.start(1)] + b"[REDACTED:secret-assignment]" + block[m.end(1) : le])
+    return le
 
 
 _KEY_BEGIN_ONLY = regex.compile(rb"-----BEGIN [A-Z ]*PRIVATE KEY-----(?![^-\n]*-----END)")
