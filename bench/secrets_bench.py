@@ -2,7 +2,7 @@
 """Redaction measured against gitleaks' own examples, and its throughput.
 
     python bench/secrets_bench.py gitleaks GITLEAKS [--at REF] [--json OUT] [--show RULE]
-    python bench/secrets_bench.py throughput LOG [--before REF] [--runs 3]
+    python bench/secrets_bench.py throughput LOG [--before REF] [--runs 3] [--mix N]
 
 gitleaks: GITLEAKS is a gitleaks work tree, or its bare git directory (read with `git archive`
 into a temporary directory). Every rule's true positives (`tps`) and false positives (`fps`) are
@@ -16,6 +16,9 @@ as untouched when it comes out byte for byte.
 throughput: MB/s of `redact_stream` over LOG (e.g. `bench/gen_log.py LOG --size 256M`), for the
 working tree's rules and, with `--before REF`, for `app/engine/redact.py` as it was at REF,
 alternating runs in one process on a warm page cache; the median of `--runs` is reported.
+`--mix N` also times a copy of LOG with a fixture line (a planted secret or a healthy look-alike
+from tests/secrets/planted.yaml) after every N lines: the generated log alone holds no line the
+prefilter passes on, so it times Hyperscan only.
 """
 
 from __future__ import annotations
@@ -158,6 +161,26 @@ def _module_at(ref: str) -> ModuleType:
     return mod
 
 
+def mixed_copy(log: Path, every: int) -> Path:
+    """A copy of `log` with a line of tests/secrets/planted.yaml (secrets and healthy look-alikes,
+    in turn) after every `every` lines: the lines the prefilter passes on to the rules."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "tests" / "secrets" / "planted.yaml").read_text())
+    extra = [c["line"].encode() + b"\n" for c in data["planted"]] + [
+        h.encode() + b"\n" for h in data["healthy"]
+    ]
+    out = log.with_name(f"{log.stem}.mixed{every}{log.suffix}")
+    if out.exists():
+        return out
+    with log.open("rb") as src, out.open("wb") as dst:
+        for i, line in enumerate(src):
+            dst.write(line)
+            if i % every == every - 1:
+                dst.write(extra[(i // every) % len(extra)])
+    return out
+
+
 def throughput(log: Path, before: str | None, runs: int) -> dict[str, object]:
     fns: dict[str, Callable[[BinaryIO], Iterator[bytes]]] = {"after": redact_stream}
     if before:
@@ -200,6 +223,7 @@ def main() -> int:
     t.add_argument("log", type=Path)
     t.add_argument("--before", help="a git ref: also time app/engine/redact.py as it was there")
     t.add_argument("--runs", type=int, default=3)
+    t.add_argument("--mix", type=int, default=0, help="time a copy with a fixture line every N lines too")
     t.add_argument("--json", type=Path)
     args = p.parse_args()
     if args.mode == "gitleaks":
@@ -208,7 +232,10 @@ def main() -> int:
         result = gitleaks(args.checkout, args.show)
         _print_gitleaks(result, args.below)
     else:
-        result = throughput(args.log, args.before, args.runs)
+        result = {"plain": throughput(args.log, args.before, args.runs)}
+        if args.mix:
+            print(f"with a planted or look-alike line every {args.mix} lines:")
+            result["mixed"] = throughput(mixed_copy(args.log, args.mix), args.before, args.runs)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0

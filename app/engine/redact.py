@@ -59,6 +59,7 @@ _ASSIGN = (
     r"(?:[\"'`]?(?:\s*:\s*(?:str|optional\[str\]|secretstr)|\s+string)?\s*(?:=>|:{1,3}=|[?.]=|=|:)"
     r"|[\"']\s*,)\s*[\"'`]?"
 )
+_GITLAB_PREFIXES = "glpat|glptt|glrt|glrtr|gldt|glsoat|glcbt|glimt|glagent|gloas|glffct|glft"
 RULES: list[tuple[str, str]] = [
     # the whole key when it sits in one text (JSON-escaped, or a config read whole), else its
     # BEGIN line (a stream withholds the body lines after it: see below)
@@ -82,8 +83,9 @@ RULES: list[tuple[str, str]] = [
     ("gcp-key-id", r"\"private_key_id\"\s*:\s*\"(?P<secret>[0-9a-f]{32,})\""),
     (
         "gitlab-token",
-        r"\b" + _NOT_FILLER + r"(?P<secret>(?:glpat|glptt|glrt|glrtr|gldt|glsoat|glcbt|glimt|glagent"
-        r"|gloas|glffct|glft)-[0-9A-Za-z_.-]{20,}|GR1348941[0-9A-Za-z_-]{20,})",
+        r"\b"
+        + _NOT_FILLER
+        + rf"(?P<secret>(?:{_GITLAB_PREFIXES})-[0-9A-Za-z_.-]{{20,}}|GR1348941[0-9A-Za-z_-]{{20,}})",
     ),
     (
         "stripe-key",
@@ -195,7 +197,10 @@ _HINTS: dict[str, tuple[tuple[str, ...], bool]] = {
     "azure-storage-key": (("accountkey=",), True),
     "azure-sas": (("sig=",), False),
     "gcp-key-id": (('"private_key_id"',), False),
-    "gitlab-token": (("gl", "GR1348941"), False),
+    "gitlab-token": (
+        (*(f"{p}-" for p in _GITLAB_PREFIXES.split("|")), "GR1348941"),
+        False,
+    ),
     "stripe-key": (("_live_", "_test_", "_prod_", "whsec_"), False),
     "databricks-token": (("dapi",), False),
     "npm-token": (("npm_",), False),
@@ -218,10 +223,10 @@ _HINTS: dict[str, tuple[tuple[str, ...], bool]] = {
     "cookie": (("cookie",), True),
     "docker-auth": (('"auth"', '"identitytoken"'), False),
     "netrc-password": (("machine",), False),
-    "cli-password": (("twine", "az", "mysql", "sshpass"), False),
-    # one per alternative of _KEY
-    "user-password": (("-u", "--user"), False),
+    "cli-password": (("twine", "login", "mysql", "sshpass"), False),
+    "user-password": (("-u ", "-u=", "--user ", "--user="), False),
     "config-key-value": (("key=",), True),
+    # one per alternative of _KEY
     "secret-assignment": (
         ("api", "secret", "token", "passw", "passphrase", "pwd", "access", "private", "client", "credential"),
         True,
