@@ -63,10 +63,10 @@ def _redact(text: str) -> str:
 def _leaked(sample: gitleaks_samples.Sample, out: str) -> bool:
     frags = [f for f in sample.frags if len(f) >= 6]
     if not frags:
+        # written out: the longest run must be gone whole (pieces of it may be words of the key)
         words = _WORD.findall(sample.text)
-        if not words:
-            return False
-        frags = [max(words, key=len)]
+        return bool(words) and max(words, key=len) in out
+    # generated at random: no piece of 8 characters may survive
     for f in frags:
         n = min(8, len(f))
         if any(f[i : i + n] in out for i in range(len(f) - n + 1)):
