@@ -5,13 +5,14 @@ Engine level: each kind by `redact_text` and by the stream redactor, a secret ac
 cut of a huge line, and zero false redactions on every log of the corpora. Service level, on
 SQLite and PostgreSQL: one upload carrying every planted line, a secret in its file name, job id
 and a label; then the analysis JSON, the list API, the Markdown and HTML reports, the stored-log
-download, the viewer page, every text column of every table, the blob files on disk and the
-server's access log are searched for each secret.
+download, the viewer page, the Slack message, every text column of every table, the blob files on
+disk and the server's access log are searched for each secret.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 from collections import Counter
 from pathlib import Path
@@ -120,8 +121,14 @@ def test_no_planted_secret_reaches_any_place_the_service_keeps_or_shows(
     wandb = "9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b"
     file_token = "hf_FileNameSecretAbCdEfGhIjKlMnOpQrSt"
     job_token = "ghp_JobIdSecret1234567890abcdefghijklmnop"
-    secrets = [c["secret"] for c in PLANTED] + [file_token, job_token]
-    log = "\n".join(["step 1 | loss=0.9", *(c["line"] for c in PLANTED), "step 2 | loss=0.8"]) + "\n"
+    # a failure line with a secret: its evidence reaches the reports and the Slack message
+    oom_secret = "Oom9Zq7Wm2Xr5Lp"
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total "
+        f"capacity of 79.25 GiB of which 0 bytes is free. Cookie: sid={oom_secret}"
+    )
+    secrets = [c["secret"] for c in PLANTED] + [file_token, job_token, oom_secret]
+    log = "\n".join(["step 1 | loss=0.9", *(c["line"] for c in PLANTED), "step 2 | loss=0.8", oom]) + "\n"
     access = logging.getLogger("uvicorn.access")
     seen: list[str] = []
 
@@ -156,6 +163,12 @@ def test_no_planted_secret_reaches_any_place_the_service_keeps_or_shows(
         }
         for name, text in pages.items():
             assert len(text) > 200, name
+        # what the Slack bot would post about it (Block Kit, from the same resource)
+        from app.slack import blocks
+
+        resource = client.get(f"{API}/{aid}").json()
+        pages["slack"] = json.dumps(blocks.diagnosis(resource, report_url=f"/analyses/{aid}"))
+        assert "[REDACTED:cookie]" in pages["slack"]  # the evidence line is in the message
     finally:
         access.removeHandler(keep)
         access.setLevel(level)
