@@ -290,6 +290,8 @@ class _Parser:
         kind, tok = self.next()
         if kind in ("raw", "str"):
             return Val(_go_string(tok))
+        if kind == "num":  # strings.Repeat("a", 3)
+            return Val(tok)
         if tok == "nil":
             return None
         if tok == "[":  # []string{...}
