@@ -208,3 +208,17 @@ def test_the_forced_cut_never_parts_a_secret_from_its_key(
     out = b"".join(redact_stream(io.BytesIO(line.encode()), chunk_size=LONG_LINE_CUT))
     assert secret.encode() not in out and f"[REDACTED:{kind}]".encode() in out
     assert out.count(b"\n") == 1 and out.startswith(b"w w ")
+
+
+@pytest.mark.parametrize("offset", [-30, -12, -4, -1])
+def test_a_secret_at_the_end_of_a_run_without_delimiters_is_not_split(offset: int) -> None:
+    # a huge query string has no delimiter to cut after: the cut moves before the secret
+    from app.engine.redact import LONG_LINE_CUT
+
+    secret = "q8Kd2Zr9XwP0aLmN3bV5cT7yU1iO4eR6tY8uI0oP2s"
+    head = "https://ckpts.blob.core.windows.net/x?" + "a=b&" * (LONG_LINE_CUT // 4)
+    head = head[: LONG_LINE_CUT + offset - len("&sig=")]
+    line = head + "&sig=" + secret + "&se=2026" + " z" * 500 + "\n"
+    out = b"".join(redact_stream(io.BytesIO(line.encode()), chunk_size=LONG_LINE_CUT))
+    assert secret[:12].encode() not in out and secret[-12:].encode() not in out
+    assert b"[REDACTED:azure-sas]" in out and out.count(b"\n") == 1

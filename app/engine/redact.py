@@ -323,6 +323,7 @@ def redact_stream(
 # value. It may still part a value from its key (`password: ` | `hunter2`, `Bearer ` | `...`):
 # `_forced_cut` also checks that no rule's match (key and value) spans the cut.
 _SAFE_CUT = regex.compile(rb"[\s,;\"'<>(){}\[\]|]")
+_TOKEN_END = regex.compile(rb"[^A-Za-z0-9_%+/=.~:@-]")
 CUT_WINDOW = 1 << 16
 CUT_CONTEXT = 1 << 10  # a key and its value are closer than this
 CUT_TRIES = 256
@@ -331,37 +332,45 @@ CUT_TRIES = 256
 def _forced_cut(block: bytes) -> int:
     """Where to cut a line too long to hold whole: after a delimiter in its last 64 KiB, the
     last one that no secret's match (with its key) spans, so a secret straddling the cut is
-    seen whole in the next piece. A 64 KiB run without any delimiter is cut where it is: no
-    secret kind is that long."""
+    seen whole in the next piece. A 64 KiB run without any delimiter is cut before the last
+    byte no token holds, and a run without that either where it is (no secret kind is that
+    long); in both, before a match that reaches the cut and may go on."""
     tail = max(0, len(block) - CUT_WINDOW)
     cuts: list[int] = [m.end() for m in _SAFE_CUT.finditer(block, tail)]
     if not cuts:
-        return len(block)
+        # before the last byte no token holds (`&` of a query string): the token after it, with
+        # its key (`&sig=...`), goes whole to the next piece; a match reaching the end may too
+        soft = [m.start() for m in _TOKEN_END.finditer(block, tail)]
+        cut = soft[-1] if soft and soft[-1] > 0 else len(block)
+        start = _spanning(block, cut)
+        return start if start else cut
     # first the cuts with a whole context after them in this block, so that a match spanning
     # one can be seen; a line dense with keys gets a bounded number of tries
     far = [c for c in cuts if c <= len(block) - CUT_CONTEXT]
     near = [c for c in cuts if c > len(block) - CUT_CONTEXT]
     for c in [*reversed(far), *reversed(near)][:CUT_TRIES]:
-        if not _spanned(block, c):
+        if _spanning(block, c) is None:
             return c
     return far[-1] if far else cuts[-1]
 
 
-def _spanned(block: bytes, cut: int) -> bool:
-    """Whether a rule's whole match (key and value) in the bytes around `cut` spans it."""
+def _spanning(block: bytes, cut: int) -> int | None:
+    """Where a rule's whole match (key and value) around `cut` starts when it spans the cut
+    (or ends right at the end of `block`, where it may go on); None when none does."""
     lo = max(0, cut - CUT_CONTEXT)
     before = block[lo:cut].decode("utf-8", "surrogateescape")
     text = before + block[cut : cut + CUT_CONTEXT].decode("utf-8", "surrogateescape")
     at = len(before)
+    open_end = cut + CUT_CONTEXT >= len(block)
     try:
         for kind in _PATTERNS:
             if _may_match(kind, text):
                 for m in _rx(kind).finditer(text, timeout=0.5):
-                    if m.start() < at < m.end():
-                        return True
+                    if m.start() < at and (at < m.end() or (open_end and m.end() == len(text))):
+                        return lo + len(text[: m.start()].encode("utf-8", "surrogateescape"))
     except TimeoutError:
-        return True
-    return False
+        return lo
+    return None
 
 
 def _redact_line(line: bytes, counts: Counter[str] | None = None) -> bytes:
