@@ -200,3 +200,59 @@ def test_redacted_url_is_not_a_new_secret() -> None:
     again: Counter[str] = Counter()
     assert redact_text(once, again) == once
     assert first["url-credentials"] == 1 and not again
+
+
+def test_xml_element_value_on_its_own_line() -> None:
+    # pretty-printed XML (a Maven settings.xml dumped by a build step) puts the value alone
+    data = (
+        b"<server>\n  <password>\n    Zq9Wm2Xr7Lp4\n  </password>\n  <id>\n    nexus-01\n  </id>\n</server>\n"
+    )
+    for chunk_size in (1 << 20, 22):  # the opening tag ending a block, and not
+        counts: Counter[str] = Counter()
+        out = b"".join(redact_stream(io.BytesIO(data), chunk_size=chunk_size, counts=counts))
+        assert out == data.replace(b"Zq9Wm2Xr7Lp4", b"[REDACTED:secret-assignment]")
+        assert counts["secret-assignment"] == 1
+    # a tag with no value after it, or a number, is left as it was
+    calm = b"<tokenizer>\n  <name>gpt2</name>\n</tokenizer>\n<max_tokens>\n  4096\n</max_tokens>\n"
+    assert b"".join(redact_stream(io.BytesIO(calm))) == calm
+
+
+def test_rule_kinds_are_unique() -> None:
+    # a kind names its compiled rule and its hint: a second rule under the same kind would
+    # silently replace the first
+    from app.engine import redact
+
+    assert len(redact.RULES) == len(redact._PATTERNS)
+
+
+@pytest.mark.parametrize(
+    ("line", "secret"),
+    [
+        ("curl -u ci-bot:Zq9Wm2Xr7Lp4 https://nexus.internal/upload", "Zq9Wm2Xr7Lp4"),
+        ('<add key="ClearTextPassword" value="Nq4Rs7Tv1Wx3" />', "Nq4Rs7Tv1Wx3"),
+        ('twilioToken := "SK48611e891d9df52c646c804e78574589"', "SK48611e891d9df52c646c804e78574589"),
+        ("DISCORD_CLIENT_SECRET ?= 918273645546372819", "918273645546372819"),
+        ('System.setProperty("ASANA_TOKEN", "Ab3Cd5Ef7Gh9Ij")', "Ab3Cd5Ef7Gh9Ij"),
+        ("api_key: str = 'Kq9Zt3Wm8Ln2Vb'", "Kq9Zt3Wm8Ln2Vb"),
+        ("posting to hooks.slack.com/services/T024T/B0BB7/AZAAA9u0pA4ad666eMgbi555", "AZAAA9u0pA4ad666"),
+    ],
+)
+def test_assignment_spellings_and_more_kinds(line: str, secret: str) -> None:
+    assert secret not in redact_text(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "curl -u username:token https://example.com",
+        'curl -u "${USER}:${PASS}" https://example.com',
+        "docker run -u 1000:1000 verl:latest",
+        "python -u train.py --max_token 16384",
+        "GET /cgi-bin/create?access_token=ACCESS_TOKEN",
+        "AKIAXXXXXXXXXXXXXXXX",
+        "HF_TOKEN=hf_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+        "<tokenizer>",
+    ],
+)
+def test_placeholders_and_variables_are_not_secrets(line: str) -> None:
+    assert redact_text(line) == line

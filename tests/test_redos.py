@@ -102,3 +102,27 @@ def test_adversarial_lines_reach_the_backtracking() -> None:
     with pytest.raises(TimeoutError):
         for line in lines:
             rx.search(line, timeout=0.05)  # quadratic: ~10^8 steps, far past 50 ms
+
+
+def test_redaction_rules_pass_the_redos_check_and_hold_their_budget() -> None:
+    """The secret rules run on every candidate line the service stores (`redact_stream`), with
+    the same kind of budget: none may have a backtracking shape, and none may reach its timeout
+    on the lines built to make it work hardest (a line that did would be withheld whole)."""
+    import regex
+
+    from app.engine.redact import RULES
+    from app.engine.scan import MAX_VERIFY_CHARS
+
+    assert {kind: redos.backtracking_risk(p) for kind, p in RULES if redos.backtracking_risk(p)} == {}
+    over = []
+    lines = 0
+    for kind, pattern in RULES:
+        rx = regex.compile(pattern)
+        for line in redos.adversarial_lines(pattern, MAX_VERIFY_CHARS):
+            lines += 1
+            try:
+                rx.search(line, timeout=0.5)
+            except TimeoutError:
+                over.append(kind)
+    assert lines > 100  # every rule with an unbounded repeat got its lines
+    assert over == []

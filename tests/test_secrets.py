@@ -5,13 +5,14 @@ Engine level: each kind by `redact_text` and by the stream redactor, a secret ac
 cut of a huge line, and zero false redactions on every log of the corpora. Service level, on
 SQLite and PostgreSQL: one upload carrying every planted line, a secret in its file name, job id
 and a label; then the analysis JSON, the list API, the Markdown and HTML reports, the stored-log
-download, the viewer page, every text column of every table, the blob files on disk and the
-server's access log are searched for each secret.
+download, the viewer page, the Slack message, every text column of every table, the blob files on
+disk and the server's access log are searched for each secret.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 from collections import Counter
 from pathlib import Path
@@ -120,8 +121,14 @@ def test_no_planted_secret_reaches_any_place_the_service_keeps_or_shows(
     wandb = "9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b"
     file_token = "hf_FileNameSecretAbCdEfGhIjKlMnOpQrSt"
     job_token = "ghp_JobIdSecret1234567890abcdefghijklmnop"
-    secrets = [c["secret"] for c in PLANTED] + [file_token, job_token]
-    log = "\n".join(["step 1 | loss=0.9", *(c["line"] for c in PLANTED), "step 2 | loss=0.8"]) + "\n"
+    # a failure line with a secret: its evidence reaches the reports and the Slack message
+    oom_secret = "Oom9Zq7Wm2Xr5Lp"
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total "
+        f"capacity of 79.25 GiB of which 0 bytes is free. Cookie: sid={oom_secret}"
+    )
+    secrets = [c["secret"] for c in PLANTED] + [file_token, job_token, oom_secret]
+    log = "\n".join(["step 1 | loss=0.9", *(c["line"] for c in PLANTED), "step 2 | loss=0.8", oom]) + "\n"
     access = logging.getLogger("uvicorn.access")
     seen: list[str] = []
 
@@ -156,6 +163,12 @@ def test_no_planted_secret_reaches_any_place_the_service_keeps_or_shows(
         }
         for name, text in pages.items():
             assert len(text) > 200, name
+        # what the Slack bot would post about it (Block Kit, from the same resource)
+        from app.slack import blocks
+
+        resource = client.get(f"{API}/{aid}").json()
+        pages["slack"] = json.dumps(blocks.diagnosis(resource, report_url=f"/analyses/{aid}"))
+        assert "[REDACTED:cookie]" in pages["slack"]  # the evidence line is in the message
     finally:
         access.removeHandler(keep)
         access.setLevel(level)
@@ -169,3 +182,43 @@ def test_no_planted_secret_reaches_any_place_the_service_keeps_or_shows(
     assert any(f"{API}" in line for line in seen)  # the access log did record the requests
     leaks = {(place, s[:12]) for place, text in places.items() for s in [*secrets, wandb] if s in text}
     assert leaks == set()
+
+
+# Secrets whose key and value are parted by a delimiter the forced cut may choose.
+_KEYED = [
+    ("secret-assignment", "password: ", "Hx7Qw2Er4Ty6"),
+    ("bearer", "Authorization: Bearer ", "Zq9Wm2Xr7Lp4Vn8Bt1Yc5Ua3"),
+    ("cli-password", "twine upload -u ci -p ", "R7mK2xQ9vL4p"),
+    ("netrc-password", "machine pypi.org login ci password ", "Zp4Kw9Rt2Lm7"),
+    ("cookie", "Cookie: ", "sessionid=9f8e7d6c5b4a3f2e1d0c"),
+    ("huggingface-token", "HF_TOKEN ", "hf_" + "Qz9" * 12),
+]
+
+
+@pytest.mark.parametrize(("kind", "key", "secret"), _KEYED, ids=[k for k, _, _ in _KEYED])
+@pytest.mark.parametrize("offset", [-700, -300, -40, -12, -1, 0, 1, 5, 300])
+def test_the_forced_cut_never_parts_a_secret_from_its_key(
+    kind: str, key: str, secret: str, offset: int
+) -> None:
+    from app.engine.redact import LONG_LINE_CUT
+
+    # the key ends `offset` bytes from the end of the first piece the stream must cut
+    head = LONG_LINE_CUT + offset - len(key)
+    line = ("w " * (head // 2))[:head] + key + secret + " and more" + " z" * 500 + "\n"
+    out = b"".join(redact_stream(io.BytesIO(line.encode()), chunk_size=LONG_LINE_CUT))
+    assert secret.encode() not in out and f"[REDACTED:{kind}]".encode() in out
+    assert out.count(b"\n") == 1 and out.startswith(b"w w ")
+
+
+@pytest.mark.parametrize("offset", [-30, -12, -4, -1])
+def test_a_secret_at_the_end_of_a_run_without_delimiters_is_not_split(offset: int) -> None:
+    # a huge query string has no delimiter to cut after: the cut moves before the secret
+    from app.engine.redact import LONG_LINE_CUT
+
+    secret = "q8Kd2Zr9XwP0aLmN3bV5cT7yU1iO4eR6tY8uI0oP2s"
+    head = "https://ckpts.blob.core.windows.net/x?" + "a=b&" * (LONG_LINE_CUT // 4)
+    head = head[: LONG_LINE_CUT + offset - len("&sig=")]
+    line = head + "&sig=" + secret + "&se=2026" + " z" * 500 + "\n"
+    out = b"".join(redact_stream(io.BytesIO(line.encode()), chunk_size=LONG_LINE_CUT))
+    assert secret[:12].encode() not in out and secret[-12:].encode() not in out
+    assert b"[REDACTED:azure-sas]" in out and out.count(b"\n") == 1

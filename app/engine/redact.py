@@ -29,44 +29,130 @@ from app.engine.matcher import Matcher, PatternSpec, build_matcher
 # secret is, not the secret) and a chat-template token (`stop_token=<|im_end|>`). A closing
 # parenthesis ends a value: `(token=...)` keeps its `)`.
 _NOT_VALUE = r"(?!(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]*)*(?:[\s\"',;}{)]|$))(?!<)"
-_VALUE = r"(?!\[REDACTED)" + _NOT_VALUE + r"(?=[^\s\"',;}{)]*[A-Za-z])[^\s\"',;}{)]{6,}"
+# Nor is code: `token = self.tokenizer.decode(ids)`, `api_key = os.environ["KEY"]`,
+# `password = settings.DB_PASSWORD` assign an expression (a call, a subscript, an attribute of a
+# lower-case name), `$API_KEY` / `${HF_TOKEN:-}` a shell variable; and a placeholder
+# (`ghp_xxxx...`, `pplx-XXXX...`, `****`) hides nothing. Random secrets have none of these shapes.
+_NOT_CODE = (
+    r"(?![A-Za-z_][\w.]{0,80}[(\[])"  # a call or a subscript
+    r"(?!(?-i:[a-z_][a-z0-9_]{0,40})(?:\.[A-Za-z_]\w{0,40}){1,8}(?![\w.-]))"  # an attribute
+    r"(?!\$|%\w+%)"  # a shell or Windows variable
+    r"(?!(?-i:[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)(?![\w.-]))"  # a name: `access_token=ACCESS_TOKEN`
+)
+_NOT_FILLER = r"(?![^\s\"'`]{0,80}(?:x{6}|X{6}|\*{4}|#{4}|\.\.\.))"
+_VALUE = (
+    r"(?!\[REDACTED)"
+    + _NOT_VALUE
+    + _NOT_CODE
+    + _NOT_FILLER
+    + r"(?=[^\s\"'`,;}{)]*[A-Za-z]|\d{16})[^\s\"'`,;}{)]{6,}"
+)
 # Keys whose value is a secret; tokenizer settings (pad_token, eos_token, ...) are not.
 _KEY = (
     r"(?:api[_-]?key|secret(?:[_-]?key)?|(?<!pad_|eos_|bos_|unk_|sep_|cls_|mask_)token"
-    r"|passw(?:or)?d|access[_-]?key|credentials?)"
+    r"|passw(?:or)?d|passphrase|\bpwd|access[_-]?key|private[_-]?key|client[_-]key[_-]data"
+    r"|credentials?)"
 )
+# How code, configs and env dumps assign: `=`, `:`, `:=`, `::=`, `?=`, `.=`, `=>`, a type in
+# between (`api_key: str = ...`, `var token string = ...`), or `setProperty("TOKEN", "...")`.
+_ASSIGN = (
+    r"(?:[\"'`]?(?:\s*:\s*(?:str|optional\[str\]|secretstr)|\s+string)?\s*(?:=>|:{1,3}=|[?.]=|=|:)"
+    r"|[\"']\s*,)\s*[\"'`]?"
+)
+_GITLAB_PREFIXES = "glpat|glptt|glrt|glrtr|gldt|glsoat|glcbt|glimt|glagent|gloas|glffct|glft"
 RULES: list[tuple[str, str]] = [
-    # the whole key when it sits on one line (JSON-escaped), else its BEGIN line (see below)
+    # the whole key when it sits in one text (JSON-escaped, or a config read whole), else its
+    # BEGIN line (a stream withholds the body lines after it: see below)
     (
         "private-key",
-        r"(?P<secret>-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-\n]*-----END [A-Z ]*PRIVATE KEY-----)?)",
+        r"(?P<secret>-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-]*-----END [A-Z ]*PRIVATE KEY-----)?)",
     ),
-    ("aws-access-key", r"\b(?P<secret>(?:AKIA|ASIA)[0-9A-Z]{16})\b"),
+    ("aws-access-key", r"\b" + _NOT_FILLER + r"(?P<secret>(?:AKIA|ASIA)[0-9A-Z]{16})\b"),
     ("alibaba-access-key", r"\b(?P<secret>LTAI[A-Za-z0-9]{12,30})\b"),
     ("tencent-secret-id", r"\b(?P<secret>AKID[A-Za-z0-9]{13,40})\b"),
-    ("google-api-key", r"(?P<secret>AIza[0-9A-Za-z_-]{35})"),
+    ("google-api-key", r"(?<![\w-])" + _NOT_FILLER + r"(?P<secret>AIza[0-9A-Za-z_-]{35})(?![\w-])"),
+    ("google-oauth-token", r"\b(?P<secret>ya29\.[0-9A-Za-z_-]{20,})"),
+    ("google-client-secret", r"\b(?P<secret>GOCSPX-[0-9A-Za-z_-]{24,})"),
     ("azure-storage-key", r"(?i)AccountKey=(?P<secret>[A-Za-z0-9+/=]{20,})"),
     ("azure-sas", r"[?&]sig=(?P<secret>[A-Za-z0-9%+/=]{16,})"),
+    # Entra ID client secrets: three characters, a digit, `Q~`, then 31-34 more
+    (
+        "azure-client-secret",
+        r"(?<![\w~.-])" + _NOT_FILLER + r"(?P<secret>[\w~.]{3}\dQ~[\w~.-]{31,34})(?![\w~.-])",
+    ),
     ("gcp-key-id", r"\"private_key_id\"\s*:\s*\"(?P<secret>[0-9a-f]{32,})\""),
-    ("gitlab-token", r"\b(?P<secret>glpat-[A-Za-z0-9_-]{20,})"),
-    ("stripe-key", r"\b(?P<secret>(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,})"),
+    (
+        "gitlab-token",
+        r"\b"
+        + _NOT_FILLER
+        + rf"(?P<secret>(?:{_GITLAB_PREFIXES})-[0-9A-Za-z_.-]{{20,}}|GR1348941[0-9A-Za-z_-]{{20,}})",
+    ),
+    (
+        "stripe-key",
+        r"\b(?P<secret>(?:sk|rk|pk)_(?:live|test|prod)_[A-Za-z0-9]{10,}|whsec_[A-Za-z0-9+/=]{24,})",
+    ),
+    ("databricks-token", r"\b(?P<secret>dapi[a-f0-9]{32}(?:-\d)?)\b"),
+    ("npm-token", r"\b(?P<secret>npm_[A-Za-z0-9]{36})\b"),
+    ("pypi-token", r"\b(?P<secret>pypi-[A-Za-z0-9_-]{50,})"),
+    ("twilio-key", r"\b(?P<secret>SK[0-9a-fA-F]{32})\b"),
+    ("sendgrid-key", r"\b(?P<secret>SG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64})"),
+    ("mailgun-key", r"\b(?P<secret>(?:pub)?key-[0-9a-zA-Z]{32})\b"),
     ("logtriage-token", r"\b(?P<secret>lt_[A-Za-z0-9_-]{40,})"),
     ("wandb-key", r"wandb login (?:--relogin )?(?P<secret>[0-9a-f]{40})\b"),
-    ("github-token", r"\b(?P<secret>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})"),
-    ("slack-token", r"\b(?P<secret>xox[abposr]-[A-Za-z0-9-]{10,})"),
-    ("slack-webhook", r"(?P<secret>https://hooks\.slack\.com/services/[A-Za-z0-9/]+)"),
-    ("huggingface-token", r"\b(?P<secret>hf_[A-Za-z0-9]{30,})"),
+    (
+        "github-token",
+        r"\b" + _NOT_FILLER + r"(?P<secret>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})",
+    ),
+    # a digit first: `xoxo-indieweb` in a file name is not a token
+    (
+        "slack-token",
+        r"\b" + _NOT_FILLER + r"(?P<secret>xox[abposre]-\d[A-Za-z0-9-]{15,}|xapp-\d-[A-Za-z0-9-]{20,})",
+    ),
+    ("slack-webhook", r"(?P<secret>(?:https?://)?hooks\.slack\.com/services/[A-Za-z0-9/_-]+)"),
+    # 30-40 after the prefix, ended: `hf_requiredCharacteristicTypes...` is an identifier
+    (
+        "huggingface-token",
+        r"\b" + _NOT_FILLER + r"(?P<secret>hf_[A-Za-z0-9]{30,40}|api_org_[A-Za-z0-9]{30,40})(?![\w-])",
+    ),
+    ("sourcegraph-token", r"\b(?P<secret>sgp_(?:local_|[a-fA-F0-9]{16}_)?[a-fA-F0-9]{40})\b"),
     ("openai-key", r"\b(?P<secret>sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,})"),
     ("jwt", r"\b(?P<secret>eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"),
-    # the look-ahead: a redacted URL is not a new secret when a stored log is re-triaged
-    ("url-credentials", r"://[^/\s:@]{1,64}:(?P<secret>(?!\[REDACTED)[^/\s@]{1,128})@"),
+    # The password runs to the last `@` of the authority (`mysql://u:p@ss@host`), the user may be
+    # empty (`redis://:pw@host`); `image:tag@sha256:...` is a digest, not a login. The look-ahead:
+    # a redacted URL is not a new secret when a stored log is re-triaged.
+    (
+        "url-credentials",
+        r"://[^/\s:@]{0,64}:(?P<secret>(?!\[REDACTED)[^/\s?#\"']{1,128})@(?!sha\d+:)",
+    ),
     ("bearer", r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/=-]{16,})"),
     (
         "authorization",
         r"(?i)\bauthorization[\"']?\s*[:=]\s*[\"']?(?:(?:basic|token|digest)\s+)?"
         r"(?!bearer\s|\[REDACTED)(?P<secret>[A-Za-z0-9._~+/=-]{8,})",
     ),
-    ("secret-assignment", rf"(?i){_KEY}[\"']?\s*[=:]\s*[\"']?(?P<secret>{_VALUE})"),
+    # a header's whole value: every cookie in it may be a session
+    (
+        "cookie",
+        r"(?i)\b(?:set-)?cookie[\"']?\s*[:=]\s*[\"']?(?P<secret>(?!\[REDACTED)[^\s\"'\\][^\"'\\\r\n]{5,})",
+    ),
+    # ~/.docker/config.json: "auths": {"registry": {"auth": "base64(user:password)"}}
+    ("docker-auth", r"\"(?:auth|identitytoken)\"\s*:\s*\"(?P<secret>(?!\[REDACTED)[A-Za-z0-9+/=._-]{8,})\""),
+    ("netrc-password", r"\bmachine\s+\S+\s+login\s+\S+\s+password\s+(?P<secret>(?!\[REDACTED)\S+)"),
+    # password flags of the CLIs that print in job logs: `twine upload -p`, `az login -p`, `mysql -p`
+    (
+        "cli-password",
+        r"\b(?:twine|az\s+login|mysql|mysqldump|sshpass)\b[^\n]{0,300}?\s(?:-p\s*|--password[= ])"
+        r"[\"']?(?P<secret>" + _VALUE + ")",
+    ),
+    # `curl -u user:password`, `--user`: the pair (a user alone has no colon)
+    (
+        "user-password",
+        r"(?<![^\s\"'])(?:-u|--user)[= ][ \t]*[\"']?(?![^\s\"']*[$<\[%{])(?=[^\s\"']*[A-Za-z])"
+        r"(?P<secret>[^\s\"':]*:(?!(?i:password|passwd|pass|token|secret|test)(?![^\s\"'])|[\"'\s]|$)[^\s\"']*)",
+    ),
+    # .NET / NuGet configs: <add key="ClearTextPassword" value="..." />
+    ("config-key-value", rf"(?i)\bkey=\"[\w.-]*{_KEY}[\w.-]*\"\s+value=\"(?P<secret>{_VALUE})\""),
+    ("secret-assignment", rf"(?i){_KEY}{_ASSIGN}(?P<secret>{_VALUE})"),
     ("secret-flag", r"(?i)--[\w-]*(?:api-key|token|secret|password)[= ](?P<secret>" + _VALUE + ")"),
 ]
 
@@ -105,24 +191,46 @@ _HINTS: dict[str, tuple[tuple[str, ...], bool]] = {
     "alibaba-access-key": (("LTAI",), False),
     "tencent-secret-id": (("AKID",), False),
     "google-api-key": (("AIza",), False),
+    "google-oauth-token": (("ya29.",), False),
+    "google-client-secret": (("GOCSPX-",), False),
+    "azure-client-secret": (("Q~",), False),
     "azure-storage-key": (("accountkey=",), True),
     "azure-sas": (("sig=",), False),
     "gcp-key-id": (('"private_key_id"',), False),
-    "gitlab-token": (("glpat-",), False),
-    "stripe-key": (("_live_", "_test_"), False),
+    "gitlab-token": (
+        (*(f"{p}-" for p in _GITLAB_PREFIXES.split("|")), "GR1348941"),
+        False,
+    ),
+    "stripe-key": (("_live_", "_test_", "_prod_", "whsec_"), False),
+    "databricks-token": (("dapi",), False),
+    "npm-token": (("npm_",), False),
+    "pypi-token": (("pypi-",), False),
+    "twilio-key": (("SK",), False),
+    "sendgrid-key": (("SG.",), False),
+    "mailgun-key": (("key-",), False),
     "logtriage-token": (("lt_",), False),
     "wandb-key": (("wandb login",), False),
     "authorization": (("authorization",), True),
     "github-token": (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
-    "slack-token": (("xox",), False),
-    "slack-webhook": (("https://hooks.slack.com/services/",), False),
-    "huggingface-token": (("hf_",), False),
+    "slack-token": (("xox", "xapp-"), False),
+    "slack-webhook": (("hooks.slack.com/services/",), False),
+    "sourcegraph-token": (("sgp_",), False),
+    "huggingface-token": (("hf_", "api_org_"), False),
     "openai-key": (("sk-",), False),
     "jwt": (("eyJ",), False),
     "url-credentials": (("://",), False),
     "bearer": (("bearer",), True),
+    "cookie": (("cookie",), True),
+    "docker-auth": (('"auth"', '"identitytoken"'), False),
+    "netrc-password": (("machine",), False),
+    "cli-password": (("twine", "login", "mysql", "sshpass"), False),
+    "user-password": (("-u ", "-u=", "--user ", "--user="), False),
+    "config-key-value": (("key=",), True),
     # one per alternative of _KEY
-    "secret-assignment": (("api", "secret", "token", "passw", "access", "credential"), True),
+    "secret-assignment": (
+        ("api", "secret", "token", "passw", "passphrase", "pwd", "access", "private", "client", "credential"),
+        True,
+    ),
     "secret-flag": (("--",), False),  # no letters: case does not matter
 }
 
@@ -171,7 +279,9 @@ def _matcher() -> Matcher:
     # reports strip escapes and would show the token: a word boundary may also be the `m` that
     # ends a colour code. Candidates can only be more; `_redact_line` checks each line on its
     # text without escapes too.
-    return build_matcher([PatternSpec(p.replace(r"\b", r"(?:\b|m)")) for _, p in RULES])
+    specs = [PatternSpec(p.replace(r"\b", r"(?:\b|m)")) for _, p in RULES]
+    # an element whose value is on the next line (below): its opening tag alone is a candidate
+    return build_matcher([*specs, PatternSpec(_XML_OPEN.pattern.decode())])
 
 
 LONG_LINE_CUT = 1 << 20  # the most of one line held at once
@@ -185,7 +295,9 @@ def redact_stream(
     `counts` (when given) gains one per secret replaced, by kind: the report's redaction summary."""
     matcher = _matcher()
     carry = b""
-    key_lines = 0  # lines of a multi-line PEM key body still to withhold
+    # lines of a multi-line PEM key body still to withhold, or _VALUE_NEXT: the block ended with
+    # an XML element's opening tag whose value may be the next line
+    key_lines = 0
     while True:
         block = src.read(chunk_size)
         if not block:
@@ -207,20 +319,58 @@ def redact_stream(
         yield out
 
 
-# Secrets hold none of these bytes: cutting a huge line just after one never splits a secret.
+# Secret values hold none of these bytes: cutting a huge line just after one never splits a
+# value. It may still part a value from its key (`password: ` | `hunter2`, `Bearer ` | `...`):
+# `_forced_cut` also checks that no rule's match (key and value) spans the cut.
 _SAFE_CUT = regex.compile(rb"[\s,;\"'<>(){}\[\]|]")
+_TOKEN_END = regex.compile(rb"[^A-Za-z0-9_%+/=.~:@-]")
 CUT_WINDOW = 1 << 16
+CUT_CONTEXT = 1 << 10  # a key and its value are closer than this
+CUT_TRIES = 256
 
 
 def _forced_cut(block: bytes) -> int:
-    """Where to cut a line too long to hold whole: after the last delimiter in its last 64 KiB,
-    so a token straddling the cut is seen whole in the next piece. A 64 KiB run without any
-    delimiter is cut where it is: no secret kind is that long."""
+    """Where to cut a line too long to hold whole: after a delimiter in its last 64 KiB, the
+    last one that no secret's match (with its key) spans, so a secret straddling the cut is
+    seen whole in the next piece. A 64 KiB run without any delimiter is cut before the last
+    byte no token holds, and a run without that either where it is (no secret kind is that
+    long); in both, before a match that reaches the cut and may go on."""
     tail = max(0, len(block) - CUT_WINDOW)
-    last = None
-    for m in _SAFE_CUT.finditer(block, tail):
-        last = m
-    return last.end() if last is not None else len(block)
+    cuts: list[int] = [m.end() for m in _SAFE_CUT.finditer(block, tail)]
+    if not cuts:
+        # before the last byte no token holds (`&` of a query string): the token after it, with
+        # its key (`&sig=...`), goes whole to the next piece; a match reaching the end may too
+        soft = [m.start() for m in _TOKEN_END.finditer(block, tail)]
+        cut = soft[-1] if soft and soft[-1] > 0 else len(block)
+        start = _spanning(block, cut)
+        return start if start else cut
+    # first the cuts with a whole context after them in this block, so that a match spanning
+    # one can be seen; a line dense with keys gets a bounded number of tries
+    far = [c for c in cuts if c <= len(block) - CUT_CONTEXT]
+    near = [c for c in cuts if c > len(block) - CUT_CONTEXT]
+    for c in [*reversed(far), *reversed(near)][:CUT_TRIES]:
+        if _spanning(block, c) is None:
+            return c
+    return far[-1] if far else cuts[-1]
+
+
+def _spanning(block: bytes, cut: int) -> int | None:
+    """Where a rule's whole match (key and value) around `cut` starts when it spans the cut
+    (or ends right at the end of `block`, where it may go on); None when none does."""
+    lo = max(0, cut - CUT_CONTEXT)
+    before = block[lo:cut].decode("utf-8", "surrogateescape")
+    text = before + block[cut : cut + CUT_CONTEXT].decode("utf-8", "surrogateescape")
+    at = len(before)
+    open_end = cut + CUT_CONTEXT >= len(block)
+    try:
+        for kind in _PATTERNS:
+            if _may_match(kind, text):
+                for m in _rx(kind).finditer(text, timeout=0.5):
+                    if m.start() < at and (at < m.end() or (open_end and m.end() == len(text))):
+                        return lo + len(text[: m.start()].encode("utf-8", "surrogateescape"))
+    except TimeoutError:
+        return lo
+    return None
 
 
 def _redact_line(line: bytes, counts: Counter[str] | None = None) -> bytes:
@@ -244,11 +394,13 @@ def _redact_block(
         return block, 0
     out: list[bytes] = []
     pos = 0
-    if key_lines:
+    if key_lines == _VALUE_NEXT:
+        pos, key_lines = _element_value(block, 0, out, counts), 0
+    elif key_lines:
         pos, key_lines = _withhold_key(block, 0, key_lines, out)
     for ls in sorted(starts):
         if ls < pos:
-            continue  # already withheld as part of a key body
+            continue  # already withheld as part of a key body, or an element's value
         le = block.find(b"\n", ls)
         le = len(block) if le < 0 else le
         out.append(block[pos:ls])
@@ -257,8 +409,38 @@ def _redact_block(
         if _KEY_BEGIN_ONLY.search(block, ls, le):
             out.append(block[le : le + 1])
             pos, key_lines = _withhold_key(block, le + 1, KEY_MAX_LINES, out)
+        elif _XML_OPEN.search(block, ls, le):
+            if le + 1 >= len(block):
+                key_lines = _VALUE_NEXT
+                continue
+            out.append(block[le : le + 1])
+            pos = _element_value(block, le + 1, out, counts)
     out.append(block[pos:])
     return b"".join(out), key_lines
+
+
+# `<apiToken>` (any name holding a secret key) alone on its line: pretty-printed XML puts the
+# value on the next one, where no rule sees a key. Lower-case here, as `(?i)` rules match.
+_XML_OPEN = regex.compile(
+    rb"(?i)<[\w.-]{0,40}?(?:api[_-]?key|secret|token|passw(?:or)?d|credentials?|access[_-]?key)"
+    rb"[\w.-]{0,40}>[ \t\r]*$"
+)
+_XML_VALUE = regex.compile(rb"[ \t]*(?![.\d]*[ \t\r]*$)([^\s<>\"']{6,})[ \t\r]*")
+_VALUE_NEXT = -1
+
+
+def _element_value(block: bytes, start: int, out: list[bytes], counts: Counter[str] | None) -> int:
+    """Redact the line at `start` when it is a lone value (the element's); return the position
+    after what was written."""
+    nl = block.find(b"\n", start)
+    le = len(block) if nl < 0 else nl
+    m = _XML_VALUE.fullmatch(block, start, le)
+    if m is None or m.group(1).startswith(b"[REDACTED"):
+        return start
+    if counts is not None:
+        counts["secret-assignment"] += 1
+    out.append(block[start : m.start(1)] + b"[REDACTED:secret-assignment]" + block[m.end(1) : le])
+    return le
 
 
 _KEY_BEGIN_ONLY = regex.compile(rb"-----BEGIN [A-Z ]*PRIVATE KEY-----(?![^-\n]*-----END)")
