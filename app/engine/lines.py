@@ -15,6 +15,7 @@ and the Ray dedup suffix ``[repeated 7x across cluster]``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import regex
@@ -72,7 +73,7 @@ _RANK_WORD_MARK = "ank"
 # Every way parse_context finds a rank leaves one of these in the line: mpirun's "]<std", torchrun's
 # "[rank"/"[default", srun's "3: ", the word "rank"/"Rank" (all contain "ank"). A line with none of
 # them has no rank, whatever its prefixes: callers that want only the rank skip the parse.
-_SRUN_RANK = regex.compile(r"\d:\s")
+_SRUN_RANK = re.compile(r"\d:\s")  # the stdlib's engine: a third of `regex`'s cost on this search
 
 
 def may_name_rank(text: str) -> bool:
