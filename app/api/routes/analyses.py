@@ -21,7 +21,7 @@ from app.api.schemas import (
     Source,
     parse_labels,
 )
-from app.api.upload import Upload, intake_of, receive
+from app.api.upload import Intake, Upload, intake_of, receive
 from app.blobstore import iter_range
 from app.db import repo
 from app.engine.models import Analysis as AnalysisModel
@@ -149,23 +149,24 @@ async def create_analysis(
     client = request.client.host if request.client else None
     early: Started | None = None
 
+    async def start(intake: Intake, key: str | None) -> Started:
+        return await ops.begin(
+            ctx,
+            job=intake.job,
+            spool=spool,
+            meta=intake.meta,
+            principal=principal,
+            idempotency_key=key,
+            request_digest=intake.digest,
+            client=client,
+        )
+
     async def analyse_while_it_arrives(f: InputFile) -> None:
         # a big raw body without an Idempotency-Key (nothing to compare it with first): the
         # scan worker reads the spool behind the upload instead of after it
         nonlocal early
-        first = intake_of(
-            Upload(files=[f], parts=[("log", f.name, "")]), query=query, labels=label or [], source=source
-        )
-        early = await ops.begin(
-            ctx,
-            job=first.job,
-            spool=spool,
-            meta=first.meta,
-            principal=principal,
-            idempotency_key=None,
-            request_digest=first.digest,
-            client=client,
-        )
+        first = Upload(files=[f], parts=[("log", f.name, "")])
+        early = await start(intake_of(first, query=query, labels=label or [], source=source), None)
 
     try:
         upload = await receive(
@@ -181,20 +182,7 @@ async def create_analysis(
         remove_tree(spool)
         raise
     wait, applied = _prefer(prefer, settings.sync_wait)
-    if early is not None:
-        submission = await ops.settle(ctx, started=early, wait=wait)
-    else:
-        submission = await ops.submit(
-            ctx,
-            job=intake.job,
-            spool=spool,
-            meta=intake.meta,
-            principal=principal,
-            idempotency_key=idempotency_key,
-            request_digest=intake.digest,
-            wait=wait,
-            client=client,
-        )
+    submission = await ops.settle(ctx, started=early or await start(intake, idempotency_key), wait=wait)
     base = base_url(request, ctx)
     if notify is not None and ctx.slack is not None and not submission.replayed:
         # posted after the answer: the hook's latency does not include Slack's
