@@ -27,10 +27,14 @@ def _settings() -> Settings:
 
 
 def _database(settings: Settings) -> Database:
-    from app.db.session import Database
+    """The CLI's database: a bounded connect, no statement deadline (gc, retriage and migrations
+    may run long) and the pool's default patience."""
+    from app.db.session import Database, DbTimeouts
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    return Database(settings.effective_database_url)
+    return Database(
+        settings.effective_database_url, timeouts=DbTimeouts(connect=settings.db_connect_timeout, pool=30.0)
+    )
 
 
 def _safe_url(url: str) -> str:
