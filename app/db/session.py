@@ -80,6 +80,7 @@ def make_engine(url: str, *, echo: bool = False, timeouts: DbTimeouts | None = N
 class _ConnectPause:
     until = 0.0
     failed_at: float | None = None
+    succeeded_at = 0.0
     why = ""
 
 
@@ -95,13 +96,17 @@ def _pause_after_failed_connect(engine: Engine) -> None:
             raise dialect.loaded_dbapi.OperationalError(
                 f"connecting to the database failed just now ({pause.why}); not retrying yet"
             )
+        started = time.monotonic()
         try:
-            return dialect.connect(*cargs, **cparams)
+            conn = dialect.connect(*cargs, **cparams)
         except Exception as exc:
-            pause.why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
-            pause.failed_at = time.monotonic()
-            pause.until = pause.failed_at + RECONNECT_PAUSE_S
+            if started >= pause.succeeded_at:  # not a straggler from before the database came back
+                pause.why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+                pause.failed_at = time.monotonic()
+                pause.until = pause.failed_at + RECONNECT_PAUSE_S
             raise
+        pause.succeeded_at, pause.until, pause.failed_at = time.monotonic(), 0.0, None
+        return conn
 
     engine.info_connect_pause = pause  # type: ignore[attr-defined]
 
