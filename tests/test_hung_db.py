@@ -24,7 +24,7 @@ from sqlalchemy.exc import OperationalError
 
 from app.db.session import Database, DbTimeouts
 from tests.servicekit import LiveServer, blob_files, live_server, make_settings
-from tests.test_outages import API, ROUTES, WITHOUT_DB, _call
+from tests.test_outages import API, ROUTES, WITHOUT_DB, _call, _serve
 
 
 class FreezableRelay:
@@ -254,3 +254,17 @@ def test_readyz_answers_within_a_second_whatever_hangs(server: LiveServer, clien
     while client.get("/readyz").status_code != 200:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_serve_against_a_database_hung_from_the_start_says_so_and_exits_1(tmp_path: Path) -> None:
+    silent = SilentListener()
+    try:
+        t0 = time.monotonic()
+        proc = _serve(tmp_path, f"postgresql+psycopg://postgres:pw@127.0.0.1:{silent.port}/test")
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        silent.close()
+    assert proc.returncode == 1, err
+    assert "cannot be reached" in err and "timeout" in err and "Traceback" not in err, err
+    assert took < 30, took  # python start-up included; the connect itself gives up after 3 s
