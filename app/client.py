@@ -2,15 +2,19 @@
 
 - gzip on the fly (nothing is held in memory or written to disk);
 - logs over ``--max-bytes`` are sent as their head and tail with a marker line between;
-- retries with exponential backoff and jitter (connection errors, 408/429/5xx, honouring
-  ``Retry-After``) under one ``Idempotency-Key``, so a retry never makes a second analysis;
-- prints the root cause, the fix and the report URL;
+- retries with exponential backoff and jitter (connection errors, 408/429/5xx/507, honouring
+  ``Retry-After``) until ``--deadline`` (10 min), always under one ``Idempotency-Key``, so a
+  retry never makes a second analysis; polls an analysis answered 202, and sends the same
+  request again (same key: the server runs it again under the same id) when it ends failed
+  for a reason of the server's (interrupted by a restart, 503, 507);
+- prints the root cause, the fix and the report URL; never reports an analysis it did not get;
 - never changes the job's exit status: errors are reported and `submit` exits 0 (``--strict``
-  makes it exit non-zero).
+  makes it exit non-zero: 2 usage, 3 refused or failed, 4 gave up at the deadline).
 """
 
 from __future__ import annotations
 
+import email.utils
 import io
 import json
 import os
@@ -22,14 +26,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urljoin
 
 import httpx
 
 from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
-from app.errors import RemoteError, UsageError
+from app.errors import RemoteError, SubmitGaveUpError, UsageError
 
 CHUNK = 1 << 20
 RETRY_STATUS = {408, 429, 500, 502, 503, 504, 507}  # 507: a full disk, freed later
+RETRYABLE_FAILURES = {503, 507}  # an analysis failed for the server's reason: send it again
+MAX_RESENDS = 5  # of an analysis that keeps failing retryably, within the deadline
 
 
 @dataclass
@@ -46,11 +53,15 @@ class SubmitOptions:
     source: str = "cli"
     max_bytes: int = 256 << 20  # per file, uncompressed; larger logs go as head + tail
     head_bytes: int = 32 << 20
-    retries: int = 4
+    retries: int | None = None  # None: retry until the deadline
     timeout: float = 60.0  # per attempt (connect/read), seconds
     wait: float = 120.0  # how long to poll an analysis still running
     idempotency_key: str = field(default_factory=lambda: str(uuid.uuid4()))
-    backoff: float = 1.0  # first retry delay, seconds (doubles)
+    backoff: float = 1.0  # first retry delay, seconds (doubles, with jitter)
+    max_backoff: float = 60.0  # longest wait between attempts (Retry-After included)
+    deadline: float = 600.0  # seconds for everything: attempts, waits, polling, resends
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
 
 
 @dataclass(frozen=True)
@@ -204,11 +215,22 @@ def _ctype(value: str) -> dict[str, str]:
     return {"Content-Type": value}
 
 
-def _retry_after(resp: httpx.Response | None, default: float) -> float:
+def _retry_after(resp: httpx.Response | None) -> float | None:
+    """Seconds the answer asks us to wait (`Retry-After`: seconds or an HTTP date), if it says."""
     if resp is None:
-        return default
-    value = resp.headers.get("retry-after", "")
-    return min(float(value), 60.0) if value.replace(".", "", 1).isdigit() else default
+        return None
+    value = resp.headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _problem(resp: httpx.Response) -> str:
@@ -221,6 +243,61 @@ def _problem(resp: httpx.Response) -> str:
     return f"HTTP {resp.status_code}"
 
 
+class Retrier:
+    """Attempts, backoff and the deadline of one `submit`."""
+
+    def __init__(self, opts: SubmitOptions, log: Callable[[str], None]) -> None:
+        self.opts = opts
+        self.log = log
+        self.started = opts.clock()
+        self.deadline = self.started + opts.deadline
+        self.failures = 0  # in a row, reset by a success
+
+    def left(self) -> float:
+        return self.deadline - self.opts.clock()
+
+    def gave_up(self, what: str, last: str) -> SubmitGaveUpError:
+        took = self.opts.clock() - self.started
+        return SubmitGaveUpError(
+            f"gave up {what} after {took:.0f} s (--deadline {self.opts.deadline:g} s); last: {last}; "
+            "no analysis was reported"
+        )
+
+    def wait(self, what: str, last: str, resp: httpx.Response | None) -> None:
+        """Wait before the next attempt, or raise SubmitGaveUpError when there is no time left
+        (or --retries is spent)."""
+        self.failures += 1
+        o = self.opts
+        if o.retries is not None and self.failures > o.retries:
+            raise self.gave_up(what, f"{last} ({self.failures} attempts, --retries {o.retries})")
+        asked = _retry_after(resp)
+        backoff = min(o.max_backoff, o.backoff * 2 ** (self.failures - 1))
+        if asked is None:
+            delay = backoff * random.uniform(0.5, 1.0)  # jitter: hooks of one failed job spread out
+        else:  # the server's word, a little later so that its clients do not come back as one
+            delay = min(o.max_backoff, asked) * random.uniform(1.0, 1.2)
+        if delay >= self.left():
+            raise self.gave_up(what, last)
+        self.log(
+            f"logtriage: {what} attempt {self.failures} failed ({last}); retrying in {delay:.1f}s "
+            f"({self.left():.0f}s left of --deadline)"
+        )
+        o.sleep(delay)
+
+    def succeeded(self) -> None:
+        self.failures = 0
+
+
+def _resend_reason(result: dict[str, Any]) -> str | None:
+    """Why an analysis that ended `failed` should be sent again (the server's fault), or None."""
+    if result.get("status") != "failed":
+        return None
+    err = result.get("error") or {}
+    if err.get("status") in RETRYABLE_FAILURES or str(err.get("type", "")).endswith("/interrupted"):
+        return str(err.get("detail") or err.get("title") or "failed")
+    return None
+
+
 def submit(
     files: list[Path],
     opts: SubmitOptions,
@@ -228,7 +305,9 @@ def submit(
     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
     client: httpx.Client | None = None,
 ) -> dict[str, Any]:
-    """Post the logs; return the analysis resource (possibly still pending). Raises LogtriageError."""
+    """Post the logs; return the analysis resource (done, failed for the log's own reason, or
+    still pending when `--wait` ran out). Raises LogtriageError (SubmitGaveUpError at the
+    deadline)."""
     for p in files:
         if not p.is_file():
             raise UsageError(f"{p}: no such file")
@@ -243,41 +322,74 @@ def submit(
     timeout = httpx.Timeout(opts.timeout, connect=min(opts.timeout, 10.0))
     own = client is None
     http = client or httpx.Client(timeout=timeout, headers=headers)
+    retrier = Retrier(opts, log)
+    url = f"{base}/api/v1/analyses"
     try:
         body = Body(files, opts.config, opts)
-        try:
-            resp = _post_with_retries(http, f"{base}/api/v1/analyses", body, opts, headers=headers, log=log)
-        except RemoteError as exc:
-            if not (opts.notify and "notify:" in exc.detail):
-                raise
-            # the diagnosis matters more than the Slack post: send it again without the channel
-            log(f"logtriage: {exc.detail}; submitting without --notify")
-            body.opts = replace(opts, notify=None)
-            resp = _post_with_retries(
-                http, f"{base}/api/v1/analyses", body, body.opts, headers=headers, log=log
-            )
-        if body.cut:
-            log(
-                f"logtriage: sent the head and tail of {', '.join(body.cut)} "
-                f"(over {human_bytes(opts.max_bytes)})"
-            )
-        result: dict[str, Any] = resp.json()
-        location = resp.headers.get("location") or result.get("links", {}).get("self")
-        deadline = time.monotonic() + opts.wait
-        while result.get("status") == "pending" and location and time.monotonic() < deadline:
-            time.sleep(min(_retry_after(resp, 2.0), max(0.0, deadline - time.monotonic())))
+        resends = 0
+        while True:
             try:
-                resp = http.get(location, headers=headers)
-            except httpx.TransportError as exc:
-                log(f"logtriage: polling {location} failed ({type(exc).__name__}); retrying")
+                resp = _post_with_retries(http, url, body, body.opts, headers=headers, retrier=retrier)
+            except RemoteError as exc:
+                if isinstance(exc, SubmitGaveUpError) or not (body.opts.notify and "notify:" in exc.detail):
+                    raise
+                # the diagnosis matters more than the Slack post: send it again without the channel
+                log(f"logtriage: {exc.detail}; submitting without --notify")
+                body.opts = replace(body.opts, notify=None)
                 continue
-            if resp.status_code != 200:
-                raise RemoteError(_problem(resp))
-            result = resp.json()
-        return result
+            if body.cut:
+                log(
+                    f"logtriage: sent the head and tail of {', '.join(body.cut)} "
+                    f"(over {human_bytes(opts.max_bytes)})"
+                )
+            result = _poll(http, resp, headers=headers, opts=opts, retrier=retrier, log=log)
+            why = _resend_reason(result)
+            if why is None:
+                return result
+            resends += 1
+            last = f"analysis {result.get('id')} failed: {why}"
+            if resends > MAX_RESENDS:
+                raise retrier.gave_up("submitting", f"{last} ({resends} times)")
+            # the same body under the same Idempotency-Key: the server runs it again, same id
+            retrier.wait("the analysis", last, None)
     finally:
         if own:
             http.close()
+
+
+def _poll(
+    http: httpx.Client,
+    resp: httpx.Response,
+    *,
+    headers: dict[str, str],
+    opts: SubmitOptions,
+    retrier: Retrier,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """The analysis of an accepted upload: polled while pending, for up to --wait seconds (and
+    never past the deadline); transient failures of a poll are retried."""
+    result: dict[str, Any] = resp.json()
+    location = resp.headers.get("location") or result.get("links", {}).get("self")
+    if location:
+        location = urljoin(str(resp.request.url), location)  # a relative Location is the server's
+    until = min(opts.clock() + opts.wait, retrier.deadline)
+    interval = _retry_after(resp) or 2.0
+    while result.get("status") == "pending" and location and opts.clock() < until:
+        opts.sleep(min(interval, 10.0, max(0.0, until - opts.clock())))
+        try:
+            resp = http.get(location, headers=headers)
+        except httpx.TransportError as exc:
+            retrier.wait(f"polling {location}", type(exc).__name__, None)
+            continue
+        if resp.status_code in RETRY_STATUS:
+            retrier.wait(f"polling {location}", _problem(resp), resp)
+            continue
+        if resp.status_code != 200:
+            raise RemoteError(_problem(resp))
+        retrier.succeeded()
+        result = resp.json()
+        interval = _retry_after(resp) or interval
+    return result
 
 
 def _post_with_retries(
@@ -287,11 +399,9 @@ def _post_with_retries(
     opts: SubmitOptions,
     *,
     headers: dict[str, str],
-    log: Callable[[str], None],
+    retrier: Retrier,
 ) -> httpx.Response:
-    attempts = 1 + max(0, opts.retries)
-    last = "no attempt made"
-    for attempt in range(attempts):
+    while True:
         resp: httpx.Response | None = None
         kwargs = body.request_kwargs()
         try:
@@ -306,18 +416,12 @@ def _post_with_retries(
                         item[1][1].close()
         if resp is not None:
             if resp.status_code in (200, 201, 202):
+                retrier.succeeded()
                 return resp
             last = _problem(resp)
             if resp.status_code not in RETRY_STATUS:
                 raise RemoteError(last)
-        if attempt + 1 < attempts:
-            delay = _retry_after(resp, opts.backoff * (2**attempt)) * random.uniform(0.5, 1.0)
-            log(
-                f"logtriage: submit attempt {attempt + 1}/{attempts} failed ({last}); "
-                f"retrying in {delay:.1f}s"
-            )
-            time.sleep(delay)
-    raise RemoteError(f"gave up after {attempts} attempts: {last}")
+        retrier.wait("submitting", last, resp)
 
 
 def format_result(res: dict[str, Any], *, max_fix_lines: int = 14) -> str:

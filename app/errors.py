@@ -179,6 +179,13 @@ class RemoteError(LogtriageError):
     slug, title, http_status, exit_code = "remote-error", "logtriage service error", 502, 3
 
 
+class SubmitGaveUpError(RemoteError):
+    """`logtriage submit` kept getting retryable answers (429, 5xx, 507, no connection) or an
+    interrupted analysis until its deadline (`--deadline`) passed: nothing was reported as done."""
+
+    slug, title, http_status, exit_code = "submit-gave-up", "Gave up submitting", 503, 4
+
+
 class SlackError(LogtriageError):
     """Slack's Web API refused a call, or a file could not be fetched from Slack."""
 

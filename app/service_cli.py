@@ -27,10 +27,14 @@ def _settings() -> Settings:
 
 
 def _database(settings: Settings) -> Database:
-    from app.db.session import Database
+    """The CLI's database: a bounded connect, no statement deadline (gc, retriage and migrations
+    may run long) and the pool's default patience."""
+    from app.db.session import Database, DbTimeouts
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    return Database(settings.effective_database_url)
+    return Database(
+        settings.effective_database_url, timeouts=DbTimeouts(connect=settings.db_connect_timeout, pool=30.0)
+    )
 
 
 def _safe_url(url: str) -> str:
@@ -451,7 +455,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
             retries=args.retries,
             timeout=args.timeout,
             wait=args.wait,
+            deadline=args.deadline,
+            backoff=args.backoff,
         )
+        if args.idempotency_key:
+            opts.idempotency_key = args.idempotency_key
         result = submit([Path(p) for p in args.files], opts)
     except LogtriageError as exc:
         print(
@@ -463,6 +471,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"logtriage: submit failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1 if args.strict else 0
     sys.stdout.write(dump_json(result) if args.json else format_result(result))
+    if result.get("status") == "failed" and args.strict:
+        return 3  # the service refused the log (the reason is printed above)
     return 0
 
 
@@ -603,7 +613,34 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="per file: larger logs go as head + tail (default 256M)",
     )
     sm.add_argument("--head-bytes", type=_size, default=32 << 20, help="head kept of a cut log (default 32M)")
-    sm.add_argument("--retries", type=int, default=4, help="retries after the first attempt (default 4)")
+    sm.add_argument(
+        "--deadline",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="give up retrying (429, 5xx, 507, no connection, an interrupted analysis) after this "
+        "long in all (default 600); then exit 4 with --strict",
+    )
+    sm.add_argument(
+        "--retries",
+        type=int,
+        default=None,
+        help="at most this many retries in a row (default: as many as the deadline allows)",
+    )
+    sm.add_argument(
+        "--backoff",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="first wait between attempts, doubling up to 60 s, with jitter; a Retry-After "
+        "answer is waited instead (default 1)",
+    )
+    sm.add_argument(
+        "--idempotency-key",
+        help="key of this submission (default: a random one, the same for every retry); pass one "
+        "that is stable for the job, e.g. $SLURM_JOB_ID-$SLURM_RESTART_COUNT, when the hook itself "
+        "may run twice",
+    )
     sm.add_argument("--timeout", type=float, default=60.0, help="seconds per attempt (default 60)")
     sm.add_argument(
         "--wait", type=float, default=120.0, help="seconds to wait for a slow analysis (default 120)"

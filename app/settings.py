@@ -28,6 +28,31 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL, e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test. "
         "Default: SQLite file in the data dir.",
     )
+    db_connect_timeout: float = Field(
+        default=3.0,
+        ge=1,
+        le=600,
+        description="Seconds to wait for a PostgreSQL connection (whole seconds, at least 2, for "
+        "libpq). A database that does not answer in time makes requests answer 503 with "
+        "Retry-After; connecting is not retried for a second after a failure.",
+    )
+    db_statement_timeout: float = Field(
+        default=15.0,
+        ge=0,
+        le=86400,
+        description="`logtriage serve`: seconds one PostgreSQL statement (or commit) of a request, an "
+        "upload's write or a readiness check may take: the server's `statement_timeout`, and a "
+        "client-side deadline 2 s later for a server that stopped answering altogether (its "
+        "connection is closed, the request answers 503). Migrations and the CLI's `db gc`, "
+        "`retriage` and `doctor` have no such limit (0 = no limit).",
+    )
+    db_pool_timeout: float = Field(
+        default=3.0,
+        gt=0,
+        le=600,
+        description="`logtriage serve`: seconds a request waits for a free pooled database "
+        "connection before answering 503 (the pool holds 20 per server process).",
+    )
     rules_dir: Path | None = Field(
         default=None, description="Rule library directory (default: the bundled rules/)."
     )

@@ -118,12 +118,13 @@ def test_unreachable_service_never_fails_the_job(tmp_path: Path) -> None:
     t0 = time.monotonic()
     res = submit(url, str(log), "--retries", "1", "--timeout", "5")
     assert res.returncode == 0
-    assert "submit attempt 1/2 failed" in res.stderr
-    assert "submit failed: gave up after 2 attempts" in res.stderr
+    assert "submitting attempt 1 failed" in res.stderr
+    assert "submit failed: gave up submitting after" in res.stderr
+    assert "(2 attempts, --retries 1)" in res.stderr
     assert "exit status is unaffected" in res.stderr
     assert time.monotonic() - t0 < 30
     strict = submit(url, str(log), "--retries", "0", "--strict")
-    assert strict.returncode == 3
+    assert strict.returncode == 4  # gave up: the service may be back later
 
 
 def test_client_errors_are_not_retried(server: LiveServer, tmp_path: Path) -> None:
@@ -165,9 +166,9 @@ def test_retries_until_the_service_is_up(db_url: str, tmp_path: Path) -> None:
         # the server starts only once submit has failed to reach it: no guess about timing
         for line in proc.stderr:
             seen.append(line)
-            if "submit attempt 1/9 failed" in line:
+            if "submitting attempt 1 failed" in line:
                 break
-        assert any("submit attempt 1/9 failed" in s for s in seen), "".join(seen)
+        assert any("submitting attempt 1 failed" in s for s in seen), "".join(seen)
         settings = make_settings(tmp_path / "data", db_url)
         with live_server(settings, port=port):
             stdout, stderr = proc.communicate(timeout=180)

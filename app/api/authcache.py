@@ -7,6 +7,11 @@ one; so a lookup is reused for `ttl` seconds (`LOGTRIAGE_AUTH_CACHE_SECONDS`). T
 the documented contract: a revoked token keeps working on a server for at most `ttl` seconds,
 and open mode ends at most `ttl` seconds after the first token is created. Expiry is not cached:
 it is checked on every use against the clock.
+
+While the database cannot answer, what was last read (at most `STALE_IF_ERROR_S` old) is used
+instead of failing the request: a request that needs no other data (the rule list) is served
+through an outage, and one that does gets its 503 from its own query. Tokens cannot be created
+or revoked without the database, so nothing newer is being missed.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+STALE_IF_ERROR_S = 300.0  # the oldest lookup used while the database cannot answer
+OUTAGE_HOLD_S = 5.0  # after a failed read, use a stale lookup without asking for this long
 MAX_ENTRIES = 10_000  # unknown secrets are remembered too; a flood of them must not grow memory
 
 
@@ -48,6 +55,7 @@ class AuthCache:
         self._lock = threading.Lock()
         self._tokens: dict[str, tuple[float, KnownToken | None]] = {}
         self._open: tuple[float, bool] | None = None
+        self._failed_at: float | None = None
 
     def token(self, token_hash: str) -> KnownToken | Miss | None:
         """The token with this hash (None: no such active token), or MISS."""
@@ -74,3 +82,24 @@ class AuthCache:
     def remember_tokens_exist(self, exist: bool) -> None:
         if self.ttl > 0:
             self._open = (self._clock(), exist)
+
+    def stale_token(self, token_hash: str) -> KnownToken | Miss | None:
+        """The last lookup of this token, however old up to STALE_IF_ERROR_S, or MISS."""
+        hit = self._tokens.get(token_hash)
+        if hit is None or self._clock() - hit[0] >= STALE_IF_ERROR_S:
+            return MISS
+        return hit[1]
+
+    def stale_tokens_exist(self) -> bool | Miss:
+        hit = self._open
+        if hit is None or self._clock() - hit[0] >= STALE_IF_ERROR_S:
+            return MISS
+        return hit[1]
+
+    def database_failed(self) -> None:
+        self._failed_at = self._clock()
+
+    def in_outage(self) -> bool:
+        """A read failed within OUTAGE_HOLD_S: don't wait on the database for a stale answer."""
+        failed = self._failed_at
+        return failed is not None and self._clock() - failed < OUTAGE_HOLD_S

@@ -12,14 +12,18 @@ import asyncio
 import base64
 import binascii
 import ipaddress
+import logging
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBasic, HTTPBasicCredentials, HTTPBearer
 from fastapi.security.http import HTTPAuthorizationCredentials
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session
 
+from app.api import authcache
 from app.api.authcache import KnownToken, Miss
 from app.api.context import AppContext
 from app.db import repo
@@ -28,6 +32,9 @@ from app.errors import AuthError, ForbiddenError
 from app.service.access import ALL_SCOPES, Principal
 from app.web.session import COOKIE, CSRF_HEADER, BrowserSession
 
+T = TypeVar("T")
+log = logging.getLogger("logtriage.api")
+DB_UNAVAILABLE = (OperationalError, InterfaceError, PoolTimeoutError)
 bearer_scheme = HTTPBearer(auto_error=False, description="An API token from `logtriage tokens create`.")
 basic_scheme = HTTPBasic(auto_error=False, description="Any user name; the API token as the password.")
 
@@ -100,10 +107,27 @@ def _check_same_origin(request: Request) -> None:
             raise ForbiddenError(f"cross-origin request refused (Origin: {origin})")
 
 
+async def _read(ctx: AppContext, read: Callable[[], T], stale: T | Miss) -> T:
+    """`read()` in a thread; while the database cannot answer, the stale answer if there is one
+    (see app.api.authcache)."""
+    if not isinstance(stale, Miss) and (
+        ctx.auth.in_outage() or ctx.db.connect_failed_within(authcache.OUTAGE_HOLD_S)
+    ):
+        return stale
+    try:
+        return await asyncio.to_thread(read)
+    except DB_UNAVAILABLE as exc:
+        ctx.auth.database_failed()
+        if isinstance(stale, Miss):
+            raise
+        log.warning("token lookup failed (%s); using what was read before", type(exc).__name__)
+        return stale
+
+
 async def _resolve(ctx: AppContext, token_hash: str) -> KnownToken | None:
     known = ctx.auth.token(token_hash)
     if isinstance(known, Miss):
-        known = await asyncio.to_thread(read_token, ctx, token_hash)
+        known = await _read(ctx, lambda: read_token(ctx, token_hash), ctx.auth.stale_token(token_hash))
     return known
 
 
@@ -121,8 +145,15 @@ async def authenticate(
         known = await _resolve(ctx, token_hash)
         if known is None or known.expired(utcnow()):
             raise AuthError("invalid, revoked or expired API token")
-        if repo.touch_due(token_hash):
-            await asyncio.to_thread(_touch, ctx, known)
+        if (
+            repo.touch_due(token_hash)
+            and not ctx.auth.in_outage()
+            and not ctx.db.connect_failed_within(authcache.OUTAGE_HOLD_S)
+        ):
+            try:
+                await asyncio.to_thread(_touch, ctx, known)
+            except DB_UNAVAILABLE:  # `last used` is best effort: the request itself may not need the db
+                ctx.auth.database_failed()
         return Principal(token_id=known.id, name=known.name, scopes=known.scopes)
     unsafe = request.method in UNSAFE_METHODS
     if unsafe:
@@ -140,7 +171,7 @@ async def authenticate(
         raise AuthError("this service requires an API token: send `Authorization: Bearer <token>`")
     tokens_exist = ctx.auth.tokens_exist()
     if isinstance(tokens_exist, Miss):
-        tokens_exist = await asyncio.to_thread(_read_tokens_exist, ctx)
+        tokens_exist = await _read(ctx, lambda: _read_tokens_exist(ctx), ctx.auth.stale_tokens_exist())
     if tokens_exist:
         raise AuthError("this service requires an API token: send `Authorization: Bearer <token>`")
     client = request.client.host if request.client else None

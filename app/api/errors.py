@@ -174,7 +174,8 @@ def install(app: FastAPI) -> None:
         )
 
     async def on_database(request: Request, exc: Exception) -> Response:
-        # an outage, not a bug: the pool reconnects (pre-ping) once the database is back
+        # an outage, not a bug: the pool reconnects (pre-ping) once the database is back; a
+        # database that stopped answering got here through a deadline (app/db/deadline.py)
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         if is_disk_full(exc):
             return await on_storage(request, exc)
@@ -199,9 +200,11 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)
     from sqlalchemy.exc import InterfaceError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
     app.add_exception_handler(OperationalError, on_database)
     app.add_exception_handler(InterfaceError, on_database)
+    app.add_exception_handler(PoolTimeoutError, on_database)  # no pooled connection came free in time
     app.add_exception_handler(OSError, on_storage)
 
     from app.api.inputcheck import InputCheck  # control characters and header sizes, every route

@@ -27,7 +27,7 @@ from app.api.serve import drain_seconds, notify_warm
 from app.blobstore import open_blob_store
 from app.db import repo
 from app.db.migrate import ensure_current
-from app.db.session import Database
+from app.db.session import Database, DbTimeouts
 from app.engine.library import load_library
 from app.errors import NotFoundError
 from app.render.html import inline, markdown_block
@@ -93,14 +93,32 @@ def open_mode_message(settings: Settings) -> str:
     )
 
 
+def service_timeouts(settings: Settings) -> DbTimeouts:
+    """The bounded waits of a serving process (see LOGTRIAGE_DB_*_TIMEOUT)."""
+    return DbTimeouts(
+        connect=settings.db_connect_timeout,
+        statement=settings.db_statement_timeout or None,
+        pool=settings.db_pool_timeout,
+    )
+
+
+def _migrate(settings: Settings) -> bool:
+    """Migrations may run long: their own engine, without the statement deadline."""
+    mig = Database(settings.effective_database_url, timeouts=DbTimeouts(connect=settings.db_connect_timeout))
+    try:
+        return ensure_current(mig.engine, lock_dir=settings.data_dir)
+    finally:
+        mig.dispose()
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    db = Database(settings.effective_database_url)
+    db = Database(settings.effective_database_url, timeouts=service_timeouts(settings))
     try:
         if settings.auto_migrate:
-            migrated = await asyncio.to_thread(ensure_current, db.engine, lock_dir=settings.data_dir)
+            migrated = await asyncio.to_thread(_migrate, settings)
             if migrated:
                 log.info("database schema upgraded")
         store = open_blob_store(settings)

@@ -37,7 +37,7 @@ done
 [ ${#logs[@]} -gt 0 ] || exit 0
 
 # as the job's user would see it; bounded in time; detached so the epilog returns at once
-timeout 300 "$BIN" submit "${logs[@]}" --job-id "$SLURM_JOB_ID" --exit-code "$status" \
+timeout 300 "$BIN" submit "${logs[@]}" --job-id "$SLURM_JOB_ID" --exit-code "$status" --deadline 280 \
   --host "$(field BatchHost)" --label "user=${SLURM_JOB_USER:-?}" --label "partition=$(field Partition)" \
   >> "/var/log/logtriage-epilog.log" 2>&1 < /dev/null &
 exit 0
