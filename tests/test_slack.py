@@ -88,6 +88,15 @@ def answered(fake: FakeSlack, channel: str) -> bool:
     return any(p.get("name") in done for p in posts(fake, channel, method="reactions.add"))
 
 
+def analyses_count(srv: LiveServer) -> int:
+    from sqlalchemy import func, select
+
+    from app.db.models import Analysis
+
+    with srv.ctx.db.read() as s:
+        return int(s.scalar(select(func.count()).select_from(Analysis)) or 0)
+
+
 def analysis_id_of(params: dict[str, Any]) -> str:
     actions = next(b for b in blocks_of(params) if b["type"] == "actions")
     return str(actions["block_id"]).split(":", 1)[1]
@@ -387,6 +396,36 @@ def test_binary_and_huge_files_are_answered_with_a_clear_message(
     assert any("binary" in t.lower() or "not text" in t.lower() for t in texts), texts
     assert not posts(fake, channel)  # no diagnosis posted for either
     assert ("F0HUGE0001", f"Bearer {BOT_TOKEN}") not in fake.downloads  # refused before downloading
+
+
+def test_archives_shared_in_slack_are_refused_by_name(
+    bot_server: LiveServer, bot: httpx.Client, fake: FakeSlack
+) -> None:
+    from tests.hostile.corpus import TAR_OF_LOGS, ZIP_OF_ZEROS
+
+    channel = "C0ARCHIVES"
+    before = analyses_count(bot_server)
+    shared = [
+        fake.add_file("F0ZIP00001", "logs.zip", ZIP_OF_ZEROS, mimetype="application/zip"),
+        fake.add_file("F0TGZ00001", "logs.tar.gz", gzip.compress(TAR_OF_LOGS), mimetype="application/gzip"),
+    ]
+    for i, info in enumerate(shared):
+        post_event(
+            bot,
+            mention(
+                channel,
+                f"1700000750.{i + 1}",
+                "<@UBOTLOGTR>",
+                user="U0ARCH001",
+                files=[{"id": info["id"], "name": info["name"]}],
+            ),
+        )
+    fake.wait_for(lambda f: len(posts(f, channel, method="chat.postEphemeral")) == 2)
+    texts = sorted(p["text"] for p in posts(fake, channel, method="chat.postEphemeral"))
+    assert "logs.tar.gz: a tar archive" in texts[0] and "logs.zip: a zip archive" in texts[1], texts
+    assert all("send the log files themselves" in t for t in texts), texts
+    assert not posts(fake, channel)  # no diagnosis
+    assert analyses_count(bot_server) == before  # nothing stored
 
 
 def test_planted_secrets_never_reach_slack(bot: httpx.Client, fake: FakeSlack) -> None:

@@ -4,6 +4,7 @@ SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import gzip
 import re
 import time
 from pathlib import Path
@@ -149,6 +150,24 @@ def test_upload_form_errors_are_shown_inline_not_as_json(client: httpx.Client) -
     assert binary.status_code == 415 and "binary content" in binary.text
     forged = client.post("/upload", data={"csrf_token": "nope", "text": "x"}, headers={"Accept": "text/html"})
     assert forged.status_code == 403 and "CSRF" in forged.text
+
+
+def test_upload_form_refuses_an_archive_by_name(client: httpx.Client) -> None:
+    from tests.hostile.corpus import TAR_OF_LOGS, ZIP_OF_ZEROS
+
+    token = csrf_of(page(client, "/").text)
+    for name, data, fmt in (
+        ("logs.zip", ZIP_OF_ZEROS, "zip"),
+        ("logs.tar.gz", gzip.compress(TAR_OF_LOGS), "tar"),
+    ):
+        r = client.post(
+            "/upload",
+            data={"csrf_token": token},
+            files=[("log", (name, data, "text/plain"))],
+            headers={"Accept": "text/html"},
+        )
+        assert r.status_code == 415 and r.headers["content-type"].startswith("text/html"), name
+        assert f"{name}: a {fmt} archive, not a log" in r.text and "send the log files themselves" in r.text
 
 
 def test_cross_site_browser_posts_are_refused_in_open_mode(client: httpx.Client) -> None:

@@ -28,6 +28,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 
 from app.db.repo import JobMeta
+from app.engine.archive import ARCHIVE_HEAD, check_not_archive
 from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
 from app.errors import (
     InputError,
@@ -162,8 +163,10 @@ class _Sink:
         self.size += len(data)
         if self.limit and self.size > self.limit:
             raise PayloadTooLargeError(f"{self.name}: over {human_bytes(self.limit)}")
-        if len(self.head) < 8:
-            self.head = (self.head + data[:8])[:8]
+        if len(self.head) < ARCHIVE_HEAD:
+            self.head = (self.head + data[:ARCHIVE_HEAD])[:ARCHIVE_HEAD]
+            if len(self.head) == ARCHIVE_HEAD:
+                check_not_archive(self.head, self.name)  # a zip or tar: 415 before it is spooled
         self._buf += data
 
     @property
@@ -189,6 +192,7 @@ class _Sink:
     async def close(self, *, in_memory: bool = False) -> str:
         """Finish the file; returns its sha256. `in_memory`: keep it in `data` if nothing was
         written yet (the caller decides what the request may hold in memory)."""
+        check_not_archive(self.head, self.name)  # one shorter than ARCHIVE_HEAD (an empty zip)
         if in_memory and self._fh is None:
             self.data = bytes(self._buf)
             self._buf.clear()
