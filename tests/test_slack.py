@@ -7,8 +7,11 @@ Every wait is on a condition (a recorded call, a counter), never on a sleep.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import hmac
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,6 +146,107 @@ def test_bad_or_stale_signature_is_401_and_nothing_runs(
     assert not posts(fake, channel) and not [
         c for c in fake.of("files.info") if c.params.get("file") == "FNOPE"
     ]
+
+
+# malformed requests: (body, Content-Type, status when correctly signed); unsigned, each is a 401
+JSON, FORM = "application/json", "application/x-www-form-urlencoded"
+MALFORMED: dict[str, tuple[bytes, str, int]] = {
+    "not JSON": (b'{"type": "event_callback", ', JSON, 400),
+    "a JSON array": (b'[{"type": "event_callback"}]', JSON, 400),
+    "a JSON string": (b'"event_callback"', JSON, 400),
+    "JSON null": (b"null", JSON, 400),
+    "a JSON object of no Slack type": (b'{"hello": "world"}', JSON, 400),
+    "an event_callback without its event": (b'{"type": "event_callback", "event": [1]}', JSON, 400),
+    "payload= that is not JSON": (b"payload=%7Bnope", FORM, 400),
+    "payload= JSON that is not an object": (b"payload=%5B1%2C2%5D", FORM, 400),
+    "payload= JSON null": (b"payload=null", FORM, 400),
+    "payload= twice": (b"payload=%7B%7D&payload=%7B%7D", FORM, 400),
+    "a form that is neither a command nor a payload": (b"a=b&c=d", FORM, 400),
+    "a form that is not a form": (b"%%%=&&&", FORM, 400),
+    "empty body (JSON)": (b"", JSON, 400),
+    "empty body (form)": (b"", FORM, 400),
+    "wrong Content-Type": (b'{"type": "url_verification", "challenge": "x"}', "text/plain", 400),
+    "no Content-Type": (b'{"type": "url_verification", "challenge": "x"}', "", 400),
+    "multipart": (b"--x\r\n\r\n--x--\r\n", "multipart/form-data; boundary=x", 400),
+    "invalid UTF-8 (JSON)": (b'{"type": "\xff\xfe"}', JSON, 400),
+    "invalid UTF-8 (form)": (b"command=%2Ftriage&text=\xff\xfe", FORM, 400),
+    "NUL bytes": (b'{"type": "url_verification", "challenge": "\x00"}\x00', JSON, 400),
+    "a huge body": (b'{"type": "event_callback", "x": "' + b"a" * (2 << 20) + b'"}', JSON, 413),
+}
+
+
+def _signed(body: bytes, *, secret: str = SIGNING_SECRET, timestamp: str | None = None) -> dict[str, str]:
+    ts = timestamp if timestamp is not None else str(int(time.time()))
+    digest = hmac.new(secret.encode(), b"v0:" + ts.encode() + b":" + body, hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}"}
+
+
+def store_counts(srv: LiveServer) -> dict[str, int]:
+    from sqlalchemy import func, select
+
+    from app.db.models import Base
+
+    with srv.ctx.db.read() as s:
+        return {
+            t.name: int(s.scalar(select(func.count()).select_from(t)) or 0) for t in Base.metadata.sorted_tables
+        }
+
+
+def _problem(r: httpx.Response, status: int, what: str) -> dict[str, Any]:
+    assert r.status_code == status, (what, r.status_code, r.text[:300])
+    assert r.headers["content-type"].startswith("application/problem+json"), (what, r.headers)
+    body: dict[str, Any] = r.json()
+    assert body["status"] == status and body["type"].startswith("/problems/"), (what, body)
+    return body
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED))
+def test_malformed_bodies_are_4xx_problems_signed_or_not(
+    bot_server: LiveServer, bot: httpx.Client, fake: FakeSlack, kind: str
+) -> None:
+    body, ctype, signed_status = MALFORMED[kind]
+    headers = {"Content-Type": ctype} if ctype else {}
+    before, calls = store_counts(bot_server), len(fake.calls)
+    unsigned = bot.post("/slack/events", content=body, headers=headers)
+    if signed_status == 413:  # refused by its size before anything else (a signature covers all of it)
+        _problem(unsigned, 413, kind)
+    else:  # nothing about the body is told to a sender who cannot sign
+        assert _problem(unsigned, 401, kind)["type"] == "/problems/unauthorized"
+    forged = bot.post("/slack/events", content=body, headers={**headers, **_signed(body, secret="nope")})
+    _problem(forged, 413 if signed_status == 413 else 401, kind)
+    signed = bot.post("/slack/events", content=body, headers={**headers, **_signed(body)})
+    _problem(signed, signed_status, kind)
+    assert store_counts(bot_server) == before, kind  # no delivery claimed, no analysis
+    assert len(fake.calls) == calls, kind  # and nothing said to Slack
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Slack-Request-Timestamp": "soon"},
+        {"X-Slack-Request-Timestamp": "1e9"},
+        {"X-Slack-Request-Timestamp": "+now"},  # int() takes it; it is not Slack's form
+        {"X-Slack-Request-Timestamp": "9" * 400},
+        {"X-Slack-Request-Timestamp": "-1"},
+        {"X-Slack-Request-Timestamp": ""},
+        {"X-Slack-Signature": "v0=zz"},
+        {"X-Slack-Signature": "sha1=abc"},
+        {"X-Slack-Signature": ""},
+    ],
+    ids=["word", "float", "plus", "huge", "negative", "empty-ts", "short-sig", "other-scheme", "empty-sig"],
+)
+def test_malformed_signature_headers_are_401(
+    bot_server: LiveServer, bot: httpx.Client, headers: dict[str, str]
+) -> None:
+    body = json.dumps({"type": "url_verification", "challenge": "abc"}).encode()
+    before = store_counts(bot_server)
+    ts = headers.get("X-Slack-Request-Timestamp")
+    if ts == "+now":
+        ts = headers["X-Slack-Request-Timestamp"] = f"+{int(time.time())}"
+    signed = _signed(body, timestamp=ts) if ts is not None else _signed(body)
+    r = bot.post("/slack/events", content=body, headers={"Content-Type": JSON, **signed, **headers})
+    _problem(r, 401, str(headers))
+    assert store_counts(bot_server) == before
 
 
 # --- triggers ----------------------------------------------------------------------------------------
