@@ -20,7 +20,16 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
-from tests.servicekit import ECC, NCCL_TIMEOUT, OOM, LiveServer, live_server, make_settings, training_log
+from tests.servicekit import (
+    ECC,
+    NCCL_TIMEOUT,
+    OOM,
+    LiveServer,
+    free_port,
+    live_server,
+    make_settings,
+    training_log,
+)
 from tests.slackfake import (
     APP_TOKEN,
     BOT_TOKEN,
@@ -188,7 +197,8 @@ def store_counts(srv: LiveServer) -> dict[str, int]:
 
     with srv.ctx.db.read() as s:
         return {
-            t.name: int(s.scalar(select(func.count()).select_from(t)) or 0) for t in Base.metadata.sorted_tables
+            t.name: int(s.scalar(select(func.count()).select_from(t)) or 0)
+            for t in Base.metadata.sorted_tables
         }
 
 
@@ -585,6 +595,52 @@ def test_hook_notification_twice_posts_once_and_threads_the_repeat(
     top, again = posts(fake, channel)
     assert top.get("thread_ts") is None and analysis_id_of(top) == ids[0]
     assert again["thread_ts"] and "Again on job train-8" in again["text"] and ids[1] in again["text"]
+
+
+def test_a_hooks_host_never_steers_the_link_posted_to_slack(
+    db_url: str, fake: FakeSlack, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """No LOGTRIAGE_PUBLIC_URL, tokens: a hook sent with `Host: evil.example` is served, and the
+    notice in Slack links to the configured address, not to the Host."""
+    from app.db import repo
+    from app.db.session import Database
+
+    url = f"sqlite:///{tmp_path / 'own.db'}" if db_url.startswith("sqlite") else None
+    if url is None:
+        url = request.getfixturevalue("pg_schemas").new()
+    settings = make_settings(
+        tmp_path,
+        url,
+        slack_bot_token=BOT_TOKEN,
+        slack_signing_secret=SIGNING_SECRET,
+        slack_api_url=fake.api_url,
+        auth_cache_seconds=0,
+        port=free_port(),
+    )
+    with live_server(settings, port=settings.port) as srv, srv.client() as c:
+        db = Database(settings.effective_database_url)
+        try:
+            with db.write() as s:
+                _row, secret = repo.create_token(s, name="hooks", scopes=["ingest"])
+        finally:
+            db.dispose()
+        channel = "C0HOSTLINK"
+        r = c.post(
+            API,
+            content=ECC_LOG,
+            params={"notify": channel, "job_id": "steer-1"},
+            headers={
+                "Content-Type": "text/plain",
+                "Authorization": f"Bearer {secret}",
+                "Host": "evil.example",
+            },
+        )
+        assert r.status_code == 201, r.text
+        assert r.headers["location"] == f"/api/v1/analyses/{r.json()['id']}"
+        fake.wait_for(lambda f: len(posts(f, channel)) == 1)
+        sent = json.dumps(posts(fake, channel)[0])
+        assert "evil.example" not in sent
+        assert f"http://127.0.0.1:{settings.port}/analyses/{r.json()['id']}" in sent
 
 
 def test_hook_answered_before_its_analysis_is_done_still_notifies(bot: httpx.Client, fake: FakeSlack) -> None:

@@ -231,6 +231,7 @@ class SlackBot:
         app.action("open_report")(self._on_link)
 
     def _base(self, context: Any) -> str:
+        # a request's base is "" when its Host is not trusted for links (app.api.hosts)
         return str(context.get("logtriage_base") or self.default_base).rstrip("/")
 
     async def _on_message(self, body: dict[str, Any], event: dict[str, Any], context: Any) -> None:
@@ -561,6 +562,7 @@ class SlackBot:
     ) -> str:
         """Post a hook's analysis to a channel; a repeat of a fingerprint posted there within the
         window becomes one line in that post's thread. Returns `notify`, `repeat` or `failed`."""
+        base = (base or self.default_base).rstrip("/")  # "": the hook's Host is not trusted
         if pending is not None and not pending.done():
             await asyncio.wait({pending})
         res = await asyncio.to_thread(
