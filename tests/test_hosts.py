@@ -108,6 +108,8 @@ def test_open_mode_answers_loopback_names_only(server: LiveServer, client: httpx
         _refused(client.get("/", headers={"Host": host, "Accept": "text/html"}), "loopback")
         _refused(client.post(API, content=LOG, headers={**TEXT, "Host": host}), "loopback")
     assert len(client.get(API, params={"limit": 100}).json()["items"]) == rows
+    for probe in ("/healthz", "/readyz"):  # a probe addresses the service by IP
+        assert client.get(probe, headers={"Host": "10.1.2.3:8000"}).status_code == 200
     assert blob_files(server.settings.data_dir) == blobs  # nothing stored
     for host in (
         "127.0.0.1",

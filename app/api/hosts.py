@@ -16,6 +16,7 @@ The `Host` header is the client's to choose. Two things follow:
   credentials, so when nothing is configured any Host is served (hooks reach a service by IP,
   by a node name or a cluster DNS name) but none of them is trusted for links. Once
   `LOGTRIAGE_ALLOWED_HOSTS` or `LOGTRIAGE_PUBLIC_URL` is set, the list is strict in every mode.
+  `/healthz` and `/readyz` answer any Host (probes use an IP; they tell nothing of the data).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+# a load balancer's or kubelet's probe addresses the service by IP: answered, they hold no data
+PROBES = frozenset({"/healthz", "/readyz"})
 
 
 def host_name(header: str) -> str:
@@ -128,7 +133,7 @@ class HostCheck:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] not in ("http", "websocket") or scope.get("path") in PROBES:
             await self.app(scope, receive, send)
             return
         state = scope["app"].state

@@ -197,8 +197,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings or get_settings()
     app.state.trimmer = memory.Trimmer()
     accesslog.install()
+    app.add_middleware(HostCheck)  # inside errors.install's InputCheck: a 431 comes before a 400
     errors.install(app)
-    app.add_middleware(HostCheck)
     app.add_middleware(SecurityHeaders)  # the outer one: a refused Host's answer has them too
     app.include_router(analyses.router)
     app.include_router(rules.router)
