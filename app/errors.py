@@ -121,6 +121,13 @@ class TooManyConnectionsError(LogtriageError):
     slug, title, http_status, exit_code = "too-many-connections", "Too many connections", 429, 3
 
 
+class HostNotAllowedError(LogtriageError):
+    """The request's `Host` is not a name the service answers to (loopback names in open mode;
+    `LOGTRIAGE_ALLOWED_HOSTS` and the host of `LOGTRIAGE_PUBLIC_URL` when set)."""
+
+    slug, title, http_status = "host-not-allowed", "Host not allowed", 400
+
+
 class AnalysisNotReadyError(ConflictError):
     """The analysis exists but has no result yet (still running) or failed."""
 

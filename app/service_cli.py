@@ -214,7 +214,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"logtriage: removed {len(swept.orphans)} blob files left by a crash", file=sys.stderr)
     if not tokens and not settings.require_tokens and not is_loopback(settings.host):
         print(
-            f"logtriage: note: bound to {settings.host}, but without a token only loopback clients get in",
+            f"logtriage: note: bound to {settings.host}, but without a token only loopback clients "
+            "that address it by a loopback name (127.0.0.1, localhost, [::1]) get in",
             file=sys.stderr,
         )
     shown = f"[{settings.host}]" if ":" in settings.host else settings.host

@@ -208,8 +208,20 @@ class Settings(BaseSettings):
     )
     public_url: str | None = Field(
         default=None,
-        description="Base URL for links and permalinks, e.g. https://logtriage.example.com "
-        "(default: taken from the request).",
+        pattern=r"^https?://[^/?#@\s]+(/[^?#\s]*)?$",
+        description="Base URL of every absolute link: `Location`, the links in API resources and "
+        "pages, the report links in Slack messages, e.g. https://logtriage.example.com. Unset: built "
+        "from the request only when its Host is a loopback name or listed in "
+        "`LOGTRIAGE_ALLOWED_HOSTS`, else relative (`/api/v1/...`; Slack: "
+        "http://LOGTRIAGE_HOST:LOGTRIAGE_PORT). Its host is allowed as a Host.",
+    )
+    allowed_hosts: str | None = Field(
+        default=None,
+        description="Host names the service answers to, comma-separated: `logtriage.example.com`, "
+        "`.example.com` (every name under it), `*` (any, with tokens only). Loopback names "
+        "(127.0.0.1, localhost, [::1]) always are. Set (or `LOGTRIAGE_PUBLIC_URL` set), any other "
+        "Host gets 400. Unset: open mode (no token) answers loopback names only (DNS rebinding), "
+        "with tokens any Host is served but links are not built from it.",
     )
     require_tokens: bool = Field(
         default=False,

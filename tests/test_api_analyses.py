@@ -525,7 +525,8 @@ def test_client_disconnect_mid_upload_leaves_nothing(client: httpx.Client, serve
     count = len(client.get(API, params={"limit": 200}).json()["items"])
     with socket.create_connection(("127.0.0.1", server.port)) as s:
         s.sendall(
-            b"POST /api/v1/analyses HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+            # a loopback name: the open-mode server refuses any other Host before the body
+            b"POST /api/v1/analyses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
             b"Content-Length: 1000000\r\n\r\n" + b"step 1 loss 0.5\n" * 1000
         )
         time.sleep(0.3)

@@ -147,7 +147,8 @@ def test_stalled_body_gets_408(hostile_server: LiveServer) -> None:
     before = store_state(hostile_server)
     with socket.create_connection(("127.0.0.1", hostile_server.port), timeout=30) as s:
         s.sendall(
-            b"POST /api/v1/analyses HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+            # a loopback name: the open-mode server refuses any other Host (app.api.hosts)
+            b"POST /api/v1/analyses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
             b"Content-Length: 100000\r\n\r\n"
         )
         for line in (b"step 1 loss 2.0\n", b"step 2 loss 1.9\n"):

@@ -63,6 +63,11 @@ CASES: dict[str, tuple[Maker, int, str]] = {
     "zstd bomb over --max-bytes": (_zstd_bomb, 1, "exceeds the limit"),
     "random bytes": (_file("core.bin", os.urandom(1 << 16)), 1, "binary content"),
     "UTF-16 log": (_file("win.log", MEDIUM[:20000].decode().encode("utf-16-le")), 1, "UTF-16"),
+    "zip of zeros": (_file("logs.zip", corpus.ZIP_OF_ZEROS), 1, "logs.zip: a zip archive"),
+    "zip renamed .log": (_file("job.log", corpus.ZIP_OF_ZEROS), 1, "zip archive, not a log"),
+    "tar.gz": (_file("logs.tar.gz", gzip.compress(corpus.TAR_OF_LOGS)), 1, "a tar archive"),
+    "tar.zst": (_file("logs.tar.zst", zstandard.ZstdCompressor().compress(corpus.TAR_OF_LOGS)), 1, "tar"),
+    "7z": (_file("logs.7z", b"7z\xbc\xaf\x27\x1c\x00\x04" + bytes(64)), 1, "7z archive"),
     "missing file": (lambda work, cache: ["nope.log"], 1, "no such file"),
     "empty directory": (_empty_dir, 1, "holds no files"),
 }

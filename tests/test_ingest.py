@@ -158,3 +158,46 @@ def test_expand_in_memory_gives_the_bytes_a_stream_gives() -> None:
     assert expand_in_memory(truncated, limit=1 << 20) is None
     with pytest.raises(InputError, match="truncated zstd"):
         _streamed(truncated)
+
+
+# --- archives are refused by name (app.engine.archive) ---------------------------------------------
+
+
+def test_archive_formats_are_named_and_logs_are_not() -> None:
+    import bz2
+    import lzma
+
+    from app.engine.archive import archive_format
+    from tests.hostile.corpus import SMALL, TAR_OF_LOGS, ZIP_OF_ZEROS, zip_of
+
+    assert archive_format(ZIP_OF_ZEROS) == "zip"
+    assert archive_format(zip_of({})) == "zip"
+    assert archive_format(TAR_OF_LOGS[:512]) == "tar"
+    assert archive_format(b"7z\xbc\xaf\x27\x1c\x00\x04") == "7z"
+    assert archive_format(b"Rar!\x1a\x07\x00") == "rar"
+    assert archive_format(lzma.compress(SMALL)) == "xz"
+    assert archive_format(bz2.compress(SMALL)) == "bzip2"
+    assert archive_format(bz2.compress(b"")) == "bzip2"
+    # text that merely starts like one is a log: "BZh" + a digit, "PK" without the record bytes
+    for text in (b"BZh9 starting job\n", b"PK\x03 line", b"PKG build ok\n", SMALL, b"", b"x" * 300):
+        assert archive_format(text) is None, text[:20]
+    assert archive_format(b"x" * 257 + b"ustar is a word\n") is None
+
+
+def test_cli_refuses_an_archive_and_skips_one_in_a_directory(tmp_path: Path) -> None:
+    from app.errors import UnsupportedMediaError
+    from tests.hostile.corpus import TAR_OF_LOGS, ZIP_OF_ZEROS
+
+    (tmp_path / "logs.zip").write_bytes(ZIP_OF_ZEROS)
+    (tmp_path / "logs.tar.gz").write_bytes(gzip.compress(TAR_OF_LOGS))
+    (tmp_path / "job.log.gz").write_bytes(gzip.compress(OOM.encode()))
+    (tmp_path / "job.log.zst").write_bytes(zstandard.ZstdCompressor().compress(OOM.encode()))
+    for name, fmt in (("logs.zip", "zip"), ("logs.tar.gz", "tar")):
+        with pytest.raises(UnsupportedMediaError, match=f"a {fmt} archive, not a log"):
+            collect_sources([str(tmp_path / name)])
+    sources, warnings = collect_sources([str(tmp_path)])
+    assert sorted(Path(s.name).name for s in sources) == ["job.log.gz", "job.log.zst"]
+    assert sorted(w.split(": ", 1)[1] for w in warnings) == [
+        "skipped, a tar archive (archives are not unpacked)",
+        "skipped, a zip archive (archives are not unpacked)",
+    ]

@@ -7,8 +7,11 @@ Every wait is on a condition (a recorded call, a counter), never on a sleep.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import hmac
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,16 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
-from tests.servicekit import ECC, NCCL_TIMEOUT, OOM, LiveServer, live_server, make_settings, training_log
+from tests.servicekit import (
+    ECC,
+    NCCL_TIMEOUT,
+    OOM,
+    LiveServer,
+    free_port,
+    live_server,
+    make_settings,
+    training_log,
+)
 from tests.slackfake import (
     APP_TOKEN,
     BOT_TOKEN,
@@ -88,6 +100,15 @@ def answered(fake: FakeSlack, channel: str) -> bool:
     return any(p.get("name") in done for p in posts(fake, channel, method="reactions.add"))
 
 
+def analyses_count(srv: LiveServer) -> int:
+    from sqlalchemy import func, select
+
+    from app.db.models import Analysis
+
+    with srv.ctx.db.read() as s:
+        return int(s.scalar(select(func.count()).select_from(Analysis)) or 0)
+
+
 def analysis_id_of(params: dict[str, Any]) -> str:
     actions = next(b for b in blocks_of(params) if b["type"] == "actions")
     return str(actions["block_id"]).split(":", 1)[1]
@@ -134,6 +155,108 @@ def test_bad_or_stale_signature_is_401_and_nothing_runs(
     assert not posts(fake, channel) and not [
         c for c in fake.of("files.info") if c.params.get("file") == "FNOPE"
     ]
+
+
+# malformed requests: (body, Content-Type, status when correctly signed); unsigned, each is a 401
+JSON, FORM = "application/json", "application/x-www-form-urlencoded"
+MALFORMED: dict[str, tuple[bytes, str, int]] = {
+    "not JSON": (b'{"type": "event_callback", ', JSON, 400),
+    "a JSON array": (b'[{"type": "event_callback"}]', JSON, 400),
+    "a JSON string": (b'"event_callback"', JSON, 400),
+    "JSON null": (b"null", JSON, 400),
+    "a JSON object of no Slack type": (b'{"hello": "world"}', JSON, 400),
+    "an event_callback without its event": (b'{"type": "event_callback", "event": [1]}', JSON, 400),
+    "payload= that is not JSON": (b"payload=%7Bnope", FORM, 400),
+    "payload= JSON that is not an object": (b"payload=%5B1%2C2%5D", FORM, 400),
+    "payload= JSON null": (b"payload=null", FORM, 400),
+    "payload= twice": (b"payload=%7B%7D&payload=%7B%7D", FORM, 400),
+    "a form that is neither a command nor a payload": (b"a=b&c=d", FORM, 400),
+    "a form that is not a form": (b"%%%=&&&", FORM, 400),
+    "empty body (JSON)": (b"", JSON, 400),
+    "empty body (form)": (b"", FORM, 400),
+    "wrong Content-Type": (b'{"type": "url_verification", "challenge": "x"}', "text/plain", 400),
+    "no Content-Type": (b'{"type": "url_verification", "challenge": "x"}', "", 400),
+    "multipart": (b"--x\r\n\r\n--x--\r\n", "multipart/form-data; boundary=x", 400),
+    "invalid UTF-8 (JSON)": (b'{"type": "\xff\xfe"}', JSON, 400),
+    "invalid UTF-8 (form)": (b"command=%2Ftriage&text=\xff\xfe", FORM, 400),
+    "NUL bytes": (b'{"type": "url_verification", "challenge": "\x00"}\x00', JSON, 400),
+    "a huge body": (b'{"type": "event_callback", "x": "' + b"a" * (2 << 20) + b'"}', JSON, 413),
+}
+
+
+def _signed(body: bytes, *, secret: str = SIGNING_SECRET, timestamp: str | None = None) -> dict[str, str]:
+    ts = timestamp if timestamp is not None else str(int(time.time()))
+    digest = hmac.new(secret.encode(), b"v0:" + ts.encode() + b":" + body, hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}"}
+
+
+def store_counts(srv: LiveServer) -> dict[str, int]:
+    from sqlalchemy import func, select
+
+    from app.db.models import Base
+
+    with srv.ctx.db.read() as s:
+        return {
+            t.name: int(s.scalar(select(func.count()).select_from(t)) or 0)
+            for t in Base.metadata.sorted_tables
+        }
+
+
+def _problem(r: httpx.Response, status: int, what: str) -> dict[str, Any]:
+    assert r.status_code == status, (what, r.status_code, r.text[:300])
+    assert r.headers["content-type"].startswith("application/problem+json"), (what, r.headers)
+    body: dict[str, Any] = r.json()
+    assert body["status"] == status and body["type"].startswith("/problems/"), (what, body)
+    return body
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED))
+def test_malformed_bodies_are_4xx_problems_signed_or_not(
+    bot_server: LiveServer, bot: httpx.Client, fake: FakeSlack, kind: str
+) -> None:
+    body, ctype, signed_status = MALFORMED[kind]
+    headers = {"Content-Type": ctype} if ctype else {}
+    before, calls = store_counts(bot_server), len(fake.calls)
+    unsigned = bot.post("/slack/events", content=body, headers=headers)
+    if signed_status == 413:  # refused by its size before anything else (a signature covers all of it)
+        _problem(unsigned, 413, kind)
+    else:  # nothing about the body is told to a sender who cannot sign
+        assert _problem(unsigned, 401, kind)["type"] == "/problems/unauthorized"
+    forged = bot.post("/slack/events", content=body, headers={**headers, **_signed(body, secret="nope")})
+    _problem(forged, 413 if signed_status == 413 else 401, kind)
+    signed = bot.post("/slack/events", content=body, headers={**headers, **_signed(body)})
+    _problem(signed, signed_status, kind)
+    assert store_counts(bot_server) == before, kind  # no delivery claimed, no analysis
+    assert len(fake.calls) == calls, kind  # and nothing said to Slack
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Slack-Request-Timestamp": "soon"},
+        {"X-Slack-Request-Timestamp": "1e9"},
+        {"X-Slack-Request-Timestamp": "+now"},  # int() takes it; it is not Slack's form
+        {"X-Slack-Request-Timestamp": "9" * 400},
+        {"X-Slack-Request-Timestamp": "-1"},
+        {"X-Slack-Request-Timestamp": ""},
+        {"X-Slack-Signature": "v0=zz"},
+        {"X-Slack-Signature": "sha1=abc"},
+        {"X-Slack-Signature": ""},
+    ],
+    ids=["word", "float", "plus", "huge", "negative", "empty-ts", "short-sig", "other-scheme", "empty-sig"],
+)
+def test_malformed_signature_headers_are_401(
+    bot_server: LiveServer, bot: httpx.Client, headers: dict[str, str]
+) -> None:
+    body = json.dumps({"type": "url_verification", "challenge": "abc"}).encode()
+    before = store_counts(bot_server)
+    ts = headers.get("X-Slack-Request-Timestamp")
+    if ts == "+now":
+        ts = headers["X-Slack-Request-Timestamp"] = f"+{int(time.time())}"
+    signed = _signed(body, timestamp=ts) if ts is not None else _signed(body)
+    r = bot.post("/slack/events", content=body, headers={"Content-Type": JSON, **signed, **headers})
+    _problem(r, 401, str(headers))
+    assert store_counts(bot_server) == before
 
 
 # --- triggers ----------------------------------------------------------------------------------------
@@ -389,6 +512,36 @@ def test_binary_and_huge_files_are_answered_with_a_clear_message(
     assert ("F0HUGE0001", f"Bearer {BOT_TOKEN}") not in fake.downloads  # refused before downloading
 
 
+def test_archives_shared_in_slack_are_refused_by_name(
+    bot_server: LiveServer, bot: httpx.Client, fake: FakeSlack
+) -> None:
+    from tests.hostile.corpus import TAR_OF_LOGS, ZIP_OF_ZEROS
+
+    channel = "C0ARCHIVES"
+    before = analyses_count(bot_server)
+    shared = [
+        fake.add_file("F0ZIP00001", "logs.zip", ZIP_OF_ZEROS, mimetype="application/zip"),
+        fake.add_file("F0TGZ00001", "logs.tar.gz", gzip.compress(TAR_OF_LOGS), mimetype="application/gzip"),
+    ]
+    for i, info in enumerate(shared):
+        post_event(
+            bot,
+            mention(
+                channel,
+                f"1700000750.{i + 1}",
+                "<@UBOTLOGTR>",
+                user="U0ARCH001",
+                files=[{"id": info["id"], "name": info["name"]}],
+            ),
+        )
+    fake.wait_for(lambda f: len(posts(f, channel, method="chat.postEphemeral")) == 2)
+    texts = sorted(p["text"] for p in posts(fake, channel, method="chat.postEphemeral"))
+    assert "logs.tar.gz: a tar archive" in texts[0] and "logs.zip: a zip archive" in texts[1], texts
+    assert all("send the log files themselves" in t for t in texts), texts
+    assert not posts(fake, channel)  # no diagnosis
+    assert analyses_count(bot_server) == before  # nothing stored
+
+
 def test_planted_secrets_never_reach_slack(bot: httpx.Client, fake: FakeSlack) -> None:
     channel, ts = "C0SECRETS1", "1700000800.000100"
     secrets = [
@@ -442,6 +595,52 @@ def test_hook_notification_twice_posts_once_and_threads_the_repeat(
     top, again = posts(fake, channel)
     assert top.get("thread_ts") is None and analysis_id_of(top) == ids[0]
     assert again["thread_ts"] and "Again on job train-8" in again["text"] and ids[1] in again["text"]
+
+
+def test_a_hooks_host_never_steers_the_link_posted_to_slack(
+    db_url: str, fake: FakeSlack, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """No LOGTRIAGE_PUBLIC_URL, tokens: a hook sent with `Host: evil.example` is served, and the
+    notice in Slack links to the configured address, not to the Host."""
+    from app.db import repo
+    from app.db.session import Database
+
+    url = f"sqlite:///{tmp_path / 'own.db'}" if db_url.startswith("sqlite") else None
+    if url is None:
+        url = request.getfixturevalue("pg_schemas").new()
+    settings = make_settings(
+        tmp_path,
+        url,
+        slack_bot_token=BOT_TOKEN,
+        slack_signing_secret=SIGNING_SECRET,
+        slack_api_url=fake.api_url,
+        auth_cache_seconds=0,
+        port=free_port(),
+    )
+    with live_server(settings, port=settings.port) as srv, srv.client() as c:
+        db = Database(settings.effective_database_url)
+        try:
+            with db.write() as s:
+                _row, secret = repo.create_token(s, name="hooks", scopes=["ingest"])
+        finally:
+            db.dispose()
+        channel = "C0HOSTLINK"
+        r = c.post(
+            API,
+            content=ECC_LOG,
+            params={"notify": channel, "job_id": "steer-1"},
+            headers={
+                "Content-Type": "text/plain",
+                "Authorization": f"Bearer {secret}",
+                "Host": "evil.example",
+            },
+        )
+        assert r.status_code == 201, r.text
+        assert r.headers["location"] == f"/api/v1/analyses/{r.json()['id']}"
+        fake.wait_for(lambda f: len(posts(f, channel)) == 1)
+        sent = json.dumps(posts(fake, channel)[0])
+        assert "evil.example" not in sent
+        assert f"http://127.0.0.1:{settings.port}/analyses/{r.json()['id']}" in sent
 
 
 def test_hook_answered_before_its_analysis_is_done_still_notifies(bot: httpx.Client, fake: FakeSlack) -> None:

@@ -4,6 +4,7 @@ SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import gzip
 import re
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from tests.servicekit import (
     LiveServer,
     live_server,
     make_settings,
+    tmp_leftovers,
     training_log,
 )
 
@@ -151,6 +153,24 @@ def test_upload_form_errors_are_shown_inline_not_as_json(client: httpx.Client) -
     assert forged.status_code == 403 and "CSRF" in forged.text
 
 
+def test_upload_form_refuses_an_archive_by_name(client: httpx.Client) -> None:
+    from tests.hostile.corpus import TAR_OF_LOGS, ZIP_OF_ZEROS
+
+    token = csrf_of(page(client, "/").text)
+    for name, data, fmt in (
+        ("logs.zip", ZIP_OF_ZEROS, "zip"),
+        ("logs.tar.gz", gzip.compress(TAR_OF_LOGS), "tar"),
+    ):
+        r = client.post(
+            "/upload",
+            data={"csrf_token": token},
+            files=[("log", (name, data, "text/plain"))],
+            headers={"Accept": "text/html"},
+        )
+        assert r.status_code == 415 and r.headers["content-type"].startswith("text/html"), name
+        assert f"{name}: a {fmt} archive, not a log" in r.text and "send the log files themselves" in r.text
+
+
 def test_cross_site_browser_posts_are_refused_in_open_mode(client: httpx.Client) -> None:
     body = OOM.format(gib="1").encode()
     evil = client.post(
@@ -267,6 +287,81 @@ def test_sign_in_exchanges_a_token_for_a_session(tmp_path: Path, fresh_db_url: s
         finally:
             db.dispose()
         assert page(c, "/").status_code == 303
+
+
+def test_signed_in_forms_without_javascript_send_the_token_as_a_field(
+    tmp_path: Path, fresh_db_url: str
+) -> None:
+    """A browser without JavaScript posts the forms with their `csrf_token` field and no
+    X-CSRF-Token header: urlencoded (feedback, a pasted log) and multipart (files) are accepted
+    with the right token, refused with none or a wrong one, and a multipart body whose token is
+    missing, wrong or after its files is refused before any file byte is kept."""
+    settings = make_settings(tmp_path, fresh_db_url, auth_cache_seconds=0)
+    with live_server(settings) as srv, srv.client() as c:
+        db = Database(settings.effective_database_url)
+        try:
+            with db.write() as s:
+                _r, uploader = repo.create_token(s, name="uploader", scopes=["ingest", "read"])
+        finally:
+            db.dispose()
+        login_csrf = csrf_of(page(c, "/login").text)
+        assert (
+            c.post("/login", data={"token": uploader, "csrf_token": login_csrf, "next": "/"}).status_code
+            == 303
+        )
+        token = csrf_of(page(c, "/").text)
+        html = {"Accept": "text/html"}
+        log = training_log(OOM.format(gib="3"))
+        # urlencoded: the paste box
+        pasted = c.post("/upload", data={"csrf_token": token, "text": log}, headers=html)
+        assert pasted.status_code == 303, pasted.text[:300]
+        # multipart: files, the token first as the page's form puts it
+        files = [("log", ("rank0.log", log.encode(), "text/plain"))]
+        sent = c.post("/upload", data={"csrf_token": token, "job_id": "nojs-1"}, files=files, headers=html)
+        assert sent.status_code == 303, sent.text[:300]
+        aid = sent.headers["location"].rsplit("/", 1)[1]
+        assert c.get(f"{API}/{aid}").json()["metadata"]["job_id"] == "nojs-1"
+        # the feedback form (urlencoded)
+        fb = c.post(f"/analyses/{aid}/feedback", data={"csrf_token": token, "verdict": "correct"})
+        assert fb.status_code == 303 and fb.headers["location"].endswith("?feedback=thanks#feedback")
+        n_feedback = len(c.get(f"{API}/{aid}").json()["feedback"])
+        blobs = sorted((tmp_path / "blobs").rglob("*.zst"))
+        n_analyses = len(c.get(API, params={"limit": 100}).json()["items"])
+
+        def refused(r: httpx.Response) -> None:
+            assert r.status_code == 403, (r.status_code, r.text[:300])
+            assert "CSRF" in r.text
+
+        for bad in ("", "nope", token[:-1] + ("A" if token[-1] != "A" else "B")):
+            data = {"csrf_token": bad} if bad else {}
+            refused(c.post("/upload", data={**data, "text": log}, headers=html))
+            refused(c.post("/upload", data=data, files=files, headers=html))
+            refused(c.post(f"/analyses/{aid}/feedback", data={**data, "verdict": "wrong"}))
+        # the token after the files: refused as the first file part begins (a hand-made body)
+        late = (
+            b'--b\r\nContent-Disposition: form-data; name="log"; filename="x.log"\r\n\r\n'
+            + log.encode()
+            + b'\r\n--b\r\nContent-Disposition: form-data; name="csrf_token"\r\n\r\n'
+            + token.encode()
+            + b"\r\n--b--\r\n"
+        )
+        refused(
+            c.post(
+                "/upload", content=late, headers={**html, "Content-Type": "multipart/form-data; boundary=b"}
+            )
+        )
+        # a raw body cannot carry the field
+        refused(c.post("/upload", content=log.encode(), headers={**html, "Content-Type": "text/plain"}))
+        # a wrong header is wrong even when the field is right; the API still wants the header
+        refused(
+            c.post("/upload", data={"csrf_token": token, "text": log}, headers={**html, "X-CSRF-Token": "x"})
+        )
+        api = c.post(API, files=files, data={"csrf_token": token})
+        assert api.status_code == 403 and "x-csrf-token" in api.json()["detail"]
+        assert len(c.get(f"{API}/{aid}").json()["feedback"]) == n_feedback
+        assert len(c.get(API, params={"limit": 100}).json()["items"]) == n_analyses
+        assert sorted((tmp_path / "blobs").rglob("*.zst")) == blobs
+        assert tmp_leftovers(tmp_path) == []  # and nothing spooled was left
 
 
 @pytest.fixture

@@ -137,6 +137,20 @@ async def authenticate(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     _basic: Annotated[HTTPBasicCredentials | None, Depends(basic_scheme)],
 ) -> Principal:
+    return await principal_of(request, ctx, bearer)
+
+
+async def principal_of(
+    request: Request,
+    ctx: AppContext,
+    bearer: HTTPAuthorizationCredentials | None,
+    *,
+    csrf_in_form: bool = False,
+) -> Principal:
+    """Who is asking. `csrf_in_form`: the route is a page's form, posted without JavaScript,
+    and itself checks the form's `csrf_token` field (`app.web.pages.csrf_ok`, the same
+    constant-time check); a signed-in browser that sends no CSRF header is then let through
+    to that check. A header that is sent must be right, here."""
     # async, and the database only on a cache miss (see app.api.authcache): most requests
     # authenticate without a thread hop or a transaction
     secret = _secret(bearer, request)
@@ -164,7 +178,8 @@ async def authenticate(
         known = await _resolve(ctx, session.token_hash)
         if known is None or known.expired(utcnow()):
             raise AuthError("your sign-in has ended (the token was revoked or expired); sign in again")
-        if unsafe and not ctx.sessions.csrf_ok(session, request.headers.get(CSRF_HEADER)):
+        header = request.headers.get(CSRF_HEADER)
+        if unsafe and not ctx.sessions.csrf_ok(session, header) and not (csrf_in_form and header is None):
             raise ForbiddenError(f"missing or wrong CSRF token: send the page's token in {CSRF_HEADER}")
         return Principal(token_id=known.id, name=known.name, scopes=known.scopes, via="session")
     if ctx.settings.require_tokens:

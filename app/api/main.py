@@ -22,6 +22,7 @@ from app import __version__
 from app.api import accesslog, errors, memory
 from app.api.authcache import AuthCache
 from app.api.context import AppContext
+from app.api.hosts import HostCheck
 from app.api.routes import analyses, health, rules, slack, stats
 from app.api.serve import drain_seconds, notify_warm
 from app.blobstore import open_blob_store
@@ -182,6 +183,11 @@ async def start_slack(ctx: AppContext, settings: Settings) -> None:
     from app.slack.bot import SlackBot
 
     bot = SlackBot(ctx=ctx, settings=settings)
+    if not settings.public_url:
+        log.warning(
+            "LOGTRIAGE_PUBLIC_URL is unset: the report links the Slack bot posts point to %s",
+            bot.default_base,
+        )
     await asyncio.to_thread(bot.prune)
     ctx.slack = bot
     if settings.slack_socket_enabled:
@@ -209,8 +215,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings or get_settings()
     app.state.trimmer = memory.Trimmer()
     accesslog.install()
+    app.add_middleware(HostCheck)  # inside errors.install's InputCheck: a 431 comes before a 400
     errors.install(app)
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(SecurityHeaders)  # the outer one: a refused Host's answer has them too
     app.include_router(analyses.router)
     app.include_router(rules.router)
     app.include_router(stats.router)

@@ -32,8 +32,10 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 
 from app.db.repo import JobMeta
+from app.engine.archive import ARCHIVE_HEAD, check_not_archive
 from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
 from app.errors import (
+    ForbiddenError,
     InputError,
     LogtriageError,
     PayloadTooLargeError,
@@ -72,6 +74,7 @@ MAX_FILES = 64
 MAX_FIELDS = 64
 MAX_FIELD_BYTES = 64 << 10
 MAX_CONFIG_BYTES = 1 << 20
+CSRF_REFUSED = "the form has expired (missing or wrong CSRF token); reload the page and try again"
 # control characters (C0, DEL, C1), bidi overrides and isolates (a name that reads backwards
 # in a page), lone surrogates; every script, emoji (with their joiners) and combining mark stays
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -235,8 +238,10 @@ class _Sink:
         self.size += len(data)
         if self.limit and self.size > self.limit:
             raise PayloadTooLargeError(f"{self.name}: over {human_bytes(self.limit)}")
-        if len(self.head) < 8:
-            self.head = (self.head + data[:8])[:8]
+        if len(self.head) < ARCHIVE_HEAD:
+            self.head = (self.head + data[:ARCHIVE_HEAD])[:ARCHIVE_HEAD]
+            if len(self.head) == ARCHIVE_HEAD:
+                check_not_archive(self.head, self.name)  # a zip or tar: 415 before it is spooled
         self._buf += data
 
     @property
@@ -265,6 +270,7 @@ class _Sink:
     async def close(self, *, in_memory: bool = False) -> str:
         """Finish the file; returns its sha256. `in_memory`: keep it in `data` if nothing was
         written yet (the caller decides what the request may hold in memory)."""
+        check_not_archive(self.head, self.name)  # one shorter than ARCHIVE_HEAD (an empty zip)
         if in_memory and self._fh is None:
             self.data = bytes(self._buf)
             self._buf.clear()
@@ -335,17 +341,27 @@ async def receive(
     form: bool = False,
     digest: bool = True,
     on_spool: OnSpool | None = None,
+    csrf: Callable[[str], bool] | None = None,
 ) -> Upload:
     """Spool the request body; raises LogtriageErrors (415, 413, 400, 422) on bad input.
 
     `form`: the body is the web page's own form (sent without JavaScript): empty file inputs
-    are left out, the paste box counts as a log, and the CSRF field is accepted. `digest`: hash
-    a raw body (only an Idempotency-Key check needs it). `on_spool`: called with a raw body's
-    file once its first MiB is on disk, to analyse it while the rest arrives (the file then ends
-    with a `.done` marker, or `.abort` when the request fails)."""
+    are left out, the paste box counts as a log, and the CSRF field is accepted. `csrf`: the
+    check of that field, made as it streams by: a multipart body whose `csrf_token` field fails
+    it, or does not come before the first file, is a 403 before any file byte is kept.
+    `digest`: hash a raw body (only an Idempotency-Key check needs it). `on_spool`: called with
+    a raw body's file once its first MiB is on disk, to analyse it while the rest arrives (the
+    file then ends with a `.done` marker, or `.abort` when the request fails)."""
     try:
         return await _receive(
-            request, spool=spool, limit=limit, raw_name=raw_name, form=form, digest=digest, on_spool=on_spool
+            request,
+            spool=spool,
+            limit=limit,
+            raw_name=raw_name,
+            form=form,
+            digest=digest,
+            on_spool=on_spool,
+            csrf=csrf,
         )
     except ClientDisconnect:
         raise InputError("the client disconnected before the upload was complete") from None
@@ -360,6 +376,7 @@ async def _receive(
     form: bool = False,
     digest: bool = True,
     on_spool: OnSpool | None = None,
+    csrf: Callable[[str], bool] | None = None,
 ) -> Upload:
     limits = Limits.of(request)
     check_declared_length(request, limit)
@@ -367,13 +384,21 @@ async def _receive(
     ctype, params = _media_type(request)
     encoding = _check_encoding(request)
     budget = _Budget(limit, limits.tmp_bytes)
+    if csrf is not None and ctype != "multipart/form-data":
+        raise ForbiddenError(CSRF_REFUSED)  # no form field can carry the token
     if ctype == "multipart/form-data":
         if encoding not in ("", "identity"):
             raise UnsupportedMediaError(
                 "a multipart body cannot carry Content-Encoding; compress each file instead"
             )
         return await _receive_multipart(
-            request, spool=spool, budget=budget, params=params, form=form, timeout=limits.body_timeout
+            request,
+            spool=spool,
+            budget=budget,
+            params=params,
+            form=form,
+            timeout=limits.body_timeout,
+            csrf=csrf,
         )
     if ctype in RAW_TYPES or ctype.startswith("text/"):
         return await _receive_raw(
@@ -445,9 +470,11 @@ async def _receive_raw(
 
 
 class _MultipartState:
-    def __init__(self, spool: Path, *, form: bool = False) -> None:
+    def __init__(self, spool: Path, *, form: bool = False, csrf: Callable[[str], bool] | None = None) -> None:
         self.spool = spool
         self.form = form
+        self.csrf = csrf
+        self.csrf_passed = csrf is None
         self.header_field = bytearray()
         self.header_value = bytearray()
         self.headers: dict[str, bytes] = {}
@@ -495,6 +522,11 @@ class _MultipartState:
         if self.form and name == PASTE_PART and fname is None:
             fname = "pasted.log"  # a browser form's paste box: a log like any other
             name = "log"
+        if not self.csrf_passed and (name in LOG_PARTS or name == CONFIG_PART):
+            # the page's form sends its token first: nothing of a file is kept without it
+            self.fail(ForbiddenError(CSRF_REFUSED))
+            self.kind = "skip"
+            return
         if name in LOG_PARTS:
             n_logs = sum(1 for k, _ in self.sinks if k == "log")
             if n_logs >= MAX_FILES:
@@ -550,6 +582,10 @@ class _MultipartState:
                 self.fail(ValidationFailedError(f"form field {self.part_name!r} is not UTF-8"))
                 return
             self.fields.setdefault(self.part_name, []).append(value)
+            if self.csrf is not None and self.part_name in FORM_FIELDS:
+                if not self.csrf(value):
+                    self.fail(ForbiddenError(CSRF_REFUSED))
+                self.csrf_passed = not self.error
 
     def on_end(self) -> None:
         self.ended = True
@@ -563,11 +599,12 @@ async def _receive_multipart(
     params: dict[bytes, bytes],
     form: bool = False,
     timeout: float = 0.0,
+    csrf: Callable[[str], bool] | None = None,
 ) -> Upload:
     boundary = params.get(b"boundary")
     if not boundary:
         raise InputError("multipart/form-data without a boundary parameter")
-    st = _MultipartState(spool, form=form)
+    st = _MultipartState(spool, form=form, csrf=csrf)
     parser = MultipartParser(
         boundary,
         {
@@ -598,6 +635,8 @@ async def _receive_multipart(
                     await sink.flush(force=sink is not st.sink and budget.used > MEMORY_BYTES)
         if not st.ended:
             raise InputError("truncated multipart body (no closing boundary)")
+        if not st.csrf_passed:
+            raise ForbiddenError(CSRF_REFUSED)
         if form:  # a form sends its empty file inputs and an empty paste box too
             for _k, sink in [(k, s) for k, s in st.sinks if s.size == 0]:
                 sink.abort()

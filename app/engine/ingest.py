@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from app.engine.archive import ARCHIVE_HEAD, archive_error, archive_format, check_not_archive
 from app.errors import (
     DISK_FULL_ERRNOS,
     InputError,
@@ -88,6 +89,30 @@ def _looks_binary(path: Path) -> bool:
     return _binary_head(path) is not None
 
 
+def archive_of_file(path: Path) -> str | None:
+    """The archive a file holds (zip, tar, 7z...; a .tar.gz or .tar.zst too), else None."""
+    with path.open("rb") as fh:
+        head = fh.read(ARCHIVE_HEAD)
+    if head.startswith((GZIP_MAGIC, ZSTD_MAGIC)):
+        head = _expanded_head(path, head)
+    return archive_format(head)
+
+
+def _expanded_head(path: Path, head: bytes) -> bytes:
+    """The first bytes a gzip or zstd file expands to (b"" when it is corrupt: read later)."""
+    try:
+        with path.open("rb") as raw:
+            if head.startswith(GZIP_MAGIC):
+                with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+                    return gz.read(ARCHIVE_HEAD)
+            import zstandard
+
+            with zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) as zs:
+                return bytes(zs.read(ARCHIVE_HEAD))
+    except Exception:  # corrupt data is reported by the scan that reads it
+        return b""
+
+
 def _flight_source(path: Path) -> Source | None:
     """A PyTorch flight-recorder dump (a pickle) read as its text rendition (app.engine.flight)."""
     from app.engine import flight
@@ -111,6 +136,10 @@ def collect_sources(inputs: list[str], *, stdin: BinaryIO | None = None) -> tupl
             if not files:
                 raise InputError(f"{item}: directory holds no files")
             for f in files:
+                fmt = archive_of_file(f)
+                if fmt is not None:
+                    warnings.append(f"{f}: skipped, a {fmt} archive (archives are not unpacked)")
+                    continue
                 if _looks_binary(f):
                     dump = _flight_source(f)
                     if dump is not None:
@@ -121,9 +150,12 @@ def collect_sources(inputs: list[str], *, stdin: BinaryIO | None = None) -> tupl
                 sources.append(Source(name=str(f), path=f, rank_hint=rank_from_name(str(f))))
         elif p.is_file():
             try:
+                fmt = archive_of_file(p)
                 why = _binary_head(p)
             except OSError as exc:
                 raise InputError(f"{item}: cannot open ({exc.strerror})") from None
+            if fmt is not None:
+                raise archive_error(item, fmt)
             if why is not None:
                 dump = _flight_source(p)
                 if dump is None:
@@ -268,6 +300,13 @@ class TextSampler:
         self.pos = 0  # bytes seen
         self.next_at = 0  # where the next sample starts
         self.buf = bytearray()
+        self.first = True  # the first sample also names an archive (zip, tar, ...): refused
+
+    def _check(self, sample: bytes) -> None:
+        if self.first:
+            self.first = False
+            check_not_archive(sample, self.name)
+        check_text(sample, self.name)
 
     def feed(self, data: memoryview | bytes) -> None:
         n = len(data)
@@ -280,14 +319,14 @@ class TextSampler:
             self.buf += data[i : i + take]
             i += take
             if len(self.buf) >= SAMPLE_BYTES:
-                check_text(bytes(self.buf), self.name)
+                self._check(bytes(self.buf))
                 self.buf.clear()
                 self.next_at = self.pos + i - SAMPLE_BYTES + SAMPLE_EVERY
         self.pos += n
 
     def finish(self) -> None:
         if self.buf:
-            check_text(bytes(self.buf), self.name)
+            self._check(bytes(self.buf))
             self.buf.clear()
 
 

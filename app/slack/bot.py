@@ -43,7 +43,7 @@ from app.service.access import Principal
 from app.service.context import ServiceContext
 from app.service.jobs import InputFile, ScanJob
 from app.service.spool import remove_tree, spool_path_for
-from app.slack import blocks, webapi
+from app.slack import blocks, verify, webapi
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp
@@ -142,15 +142,21 @@ class SlackBot:
         """An Events API / interactivity / slash command request, verified and dispatched."""
         from slack_bolt.adapter.starlette.async_handler import to_async_bolt_request, to_starlette_response
 
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > MAX_REQUEST_BYTES:
+            raise PayloadTooLargeError("a Slack request is a few KB; this one is over 1 MiB")
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
             if len(body) > MAX_REQUEST_BYTES:
                 raise PayloadTooLargeError("a Slack request is a few KB; this one is over 1 MiB")
-        try:
-            bolt_request = to_async_bolt_request(request, bytes(body), {"logtriage_base": base})
-        except UnicodeDecodeError:
-            raise InputError("a Slack request body is UTF-8 text") from None
+        raw = bytes(body)
+        # the signature first (401, whatever the body), then the shape (400): Bolt raised on
+        # bodies Slack never sends, which were 500s
+        secret = self.settings.slack_signing_secret
+        verify.check_signature(request.headers, raw, secret=secret.get_secret_value() if secret else "")
+        verify.check_shape(request.headers.get("content-type", ""), raw)
+        bolt_request = to_async_bolt_request(request, raw, {"logtriage_base": base})
         response = await self.app.async_dispatch(bolt_request)
         if response.status == 401:
             raise AuthError("Slack request signature missing, invalid or older than 5 minutes")
@@ -225,6 +231,7 @@ class SlackBot:
         app.action("open_report")(self._on_link)
 
     def _base(self, context: Any) -> str:
+        # a request's base is "" when its Host is not trusted for links (app.api.hosts)
         return str(context.get("logtriage_base") or self.default_base).rstrip("/")
 
     async def _on_message(self, body: dict[str, Any], event: dict[str, Any], context: Any) -> None:
@@ -556,6 +563,7 @@ class SlackBot:
     ) -> str:
         """Post a hook's analysis to a channel; a repeat of a fingerprint posted there within the
         window becomes one line in that post's thread. Returns `notify`, `repeat` or `failed`."""
+        base = (base or self.default_base).rstrip("/")  # "": the hook's Host is not trusted
         if pending is not None and not pending.done():
             await asyncio.wait({pending})
         res = await asyncio.to_thread(

@@ -20,7 +20,7 @@ from fastapi.security.http import HTTPAuthorizationCredentials
 
 from app import __version__
 from app.api.context import AppContext
-from app.api.deps import CtxDep, authenticate, basic_scheme, bearer_scheme, request_session
+from app.api.deps import CtxDep, basic_scheme, bearer_scheme, principal_of, request_session
 from app.errors import AuthError, ForbiddenError, LoginRequiredError
 from app.service.access import Principal
 from app.web.session import BrowserSession
@@ -44,12 +44,28 @@ async def web_principal(
     basic: Annotated[HTTPBasicCredentials | None, Depends(basic_scheme)],
 ) -> Principal:
     try:
-        return await authenticate(request, ctx, bearer, basic)
+        return await principal_of(request, ctx, bearer)
+    except AuthError as exc:
+        raise LoginRequiredError(exc.detail, next_url=_next_of(request)) from None
+
+
+async def form_principal(
+    request: Request,
+    ctx: CtxDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    basic: Annotated[HTTPBasicCredentials | None, Depends(basic_scheme)],
+) -> Principal:
+    """`web_principal` for a route that receives a page's form: a browser without JavaScript
+    sends the CSRF token as the form's `csrf_token` field, not as a header. Every route using
+    it checks that field with `csrf_ok` before it acts (a test posts each form without it)."""
+    try:
+        return await principal_of(request, ctx, bearer, csrf_in_form=True)
     except AuthError as exc:
         raise LoginRequiredError(exc.detail, next_url=_next_of(request)) from None
 
 
 WebPrincipal = Annotated[Principal, Depends(web_principal)]
+FormPrincipal = Annotated[Principal, Depends(form_principal)]
 
 
 def require_page(principal: Principal, scope: str, what: str) -> None:

@@ -13,10 +13,15 @@ that the store did not change (no row in any table, no blob, no temporary file l
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import io
 import json
+import lzma
 import os
 import random
+import tarfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -366,6 +371,88 @@ BINARY = [
 ]
 
 
+def zip_of(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+def tar_of(members: dict[str, bytes], fmt: int = tarfile.GNU_FORMAT) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as t:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+ZIP_OF_ZEROS = zip_of({"zeros.log": b"\0" * (1 << 20)})  # ~1 KB: passes the text check
+TAR_OF_LOGS = tar_of({"rank0.log": SMALL, "rank1.log": SMALL})
+# archives and binary containers: 415 naming the format, whatever the Content-Type says
+ARCHIVES = [
+    Case("zip of zeros as text/plain", 415, "unsupported-media-type", raw(ZIP_OF_ZEROS), "a zip archive"),
+    Case("zip of logs", 415, "unsupported-media-type", raw(zip_of({"a.log": MEDIUM})), "zip archive"),
+    Case("empty zip (22 bytes)", 415, "unsupported-media-type", raw(zip_of({})), "zip archive"),
+    Case("spanned zip marker", 415, "unsupported-media-type", raw(b"PK\x07\x08" + ZIP_OF_ZEROS), "zip"),
+    Case("tar (GNU) of logs", 415, "unsupported-media-type", raw(TAR_OF_LOGS), "tar archive"),
+    Case(
+        "tar (POSIX) of logs",
+        415,
+        "unsupported-media-type",
+        raw(tar_of({"a.log": SMALL}, tarfile.PAX_FORMAT)),
+        "tar archive",
+    ),
+    Case("tar.gz (inline)", 415, "unsupported-media-type", raw(gzip.compress(TAR_OF_LOGS)), "tar archive"),
+    Case(
+        "tar.gz (spooled)",
+        415,
+        "unsupported-media-type",
+        raw(gzip.compress(tar_of({"a.log": MEDIUM}), mtime=0)),
+        "tar archive",
+    ),
+    Case(
+        "tar.zst",
+        415,
+        "unsupported-media-type",
+        raw(zstandard.ZstdCompressor().compress(TAR_OF_LOGS)),
+        "tar archive",
+    ),
+    Case("zip inside gzip", 415, "unsupported-media-type", raw(gzip.compress(ZIP_OF_ZEROS)), "zip archive"),
+    Case(
+        "7z header",
+        415,
+        "unsupported-media-type",
+        raw(b"7z\xbc\xaf\x27\x1c\x00\x04" + b"\0" * 4096),
+        "7z archive",
+    ),
+    Case("rar5 header", 415, "unsupported-media-type", raw(b"Rar!\x1a\x07\x01\x00" + b"\0" * 64), "rar"),
+    Case("xz of a log", 415, "unsupported-media-type", raw(lzma.compress(SMALL)), "xz archive"),
+    Case("bzip2 of a log", 415, "unsupported-media-type", raw(bz2.compress(SMALL)), "bzip2 archive"),
+    Case(
+        "zip as a multipart log part",
+        415,
+        "unsupported-media-type",
+        form(files=[("log", ("logs.log", ZIP_OF_ZEROS, "text/plain"))]),
+        "logs.log: a zip archive",
+    ),
+    Case(
+        "a log, then a tar.gz part",
+        415,
+        "unsupported-media-type",
+        form(
+            files=[
+                ("log", ("job.log", SMALL, "text/plain")),
+                ("log", ("more.tar.gz", gzip.compress(TAR_OF_LOGS), "application/gzip")),
+            ]
+        ),
+        "more.tar.gz: a tar archive",
+    ),
+]
+
+
 def _labels(obj: str) -> Any:
     return form(data={"labels": obj})
 
@@ -589,7 +676,7 @@ FEEDBACK = [
     )
 ]
 
-CASES: list[Case] = BOMBS + UNREADABLE + BINARY + FIELDS + FILTERS + FEEDBACK
+CASES: list[Case] = BOMBS + UNREADABLE + BINARY + ARCHIVES + FIELDS + FILTERS + FEEDBACK
 
 _ECC = "(WorkerDict pid=1, ip={ip}) RuntimeError: CUDA error: uncorrectable ECC error encountered{tail}\n"
 # log content a hostile or broken job prints: analysed (201), stored, served back, never a 5xx;

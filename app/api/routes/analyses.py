@@ -402,9 +402,8 @@ def list_analyses(
     base = base_url(request, ctx)
     next_url = None
     if next_cursor:
-        next_url = str(request.url.include_query_params(cursor=next_cursor))
-        if ctx.settings.public_url:
-            next_url = base + next_url[len(str(request.base_url).rstrip("/")) :]
+        page = request.url.include_query_params(cursor=next_cursor)
+        next_url = f"{base}{page.path}?{page.query}"  # never from the Host unless trusted
     body = {
         "items": present.summaries(session, rows, base=base),
         "next_cursor": next_cursor,

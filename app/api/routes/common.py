@@ -22,9 +22,11 @@ MAX_TIME = dt.datetime(9999, 12, 30, tzinfo=dt.UTC)
 
 
 def base_url(request: Request, ctx: AppContext) -> str:
-    if ctx.settings.public_url:
-        return ctx.settings.public_url.rstrip("/")
-    return str(request.base_url).rstrip("/")
+    """The base of absolute links: LOGTRIAGE_PUBLIC_URL, else the request's own when its Host is
+    trusted (app.api.hosts), else "" (links stay relative: a Host never steers where they point)."""
+    from app.api.hosts import link_base
+
+    return link_base(request.scope, ctx.settings, str(request.base_url))
 
 
 def parse_time(value: str | None, *, name: str, now: dt.datetime | None = None) -> dt.datetime | None:

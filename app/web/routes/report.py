@@ -16,7 +16,7 @@ from app.errors import AnalysisNotReadyError, ForbiddenError, ValidationFailedEr
 from app.service import ops, present
 from app.service.access import Principal, check_can_read
 from app.web import report_view
-from app.web.pages import WebPrincipal, csrf_ok, render, require_page
+from app.web.pages import FormPrincipal, WebPrincipal, csrf_ok, render, require_page
 from app.web.timeline_view import timeline_view
 
 router = APIRouter(include_in_schema=False)
@@ -92,7 +92,7 @@ async def feedback_form(
     analysis_id: str,
     request: Request,
     ctx: CtxDep,
-    principal: WebPrincipal,
+    principal: FormPrincipal,
     verdict: Annotated[str, Form(max_length=16)],
     csrf_token: Annotated[str, Form(max_length=256)] = "",
     correct_class: Annotated[str, Form(max_length=100)] = "",

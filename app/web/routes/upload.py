@@ -12,13 +12,13 @@ from fastapi.responses import RedirectResponse, Response
 
 from app.api.deps import CtxDep
 from app.api.routes.common import base_url
-from app.api.upload import Upload, check_declared_length, intake_of, receive
+from app.api.upload import CSRF_REFUSED, Upload, check_declared_length, intake_of, receive
 from app.engine.library import FRAMEWORKS
 from app.errors import ForbiddenError, LogtriageError
 from app.service import ops
 from app.service.jobs import InputFile
 from app.service.spool import remove_tree, spool_path_for
-from app.web.pages import WebPrincipal, csrf_ok, render, require_page
+from app.web.pages import FormPrincipal, WebPrincipal, csrf_ok, render, require_page
 
 router = APIRouter(include_in_schema=False)
 PASTE_LIMIT = 8 << 20  # a pasted excerpt, sent url-encoded; files come as multipart
@@ -55,7 +55,7 @@ async def upload_page(request: Request, ctx: CtxDep, principal: WebPrincipal) ->
 
 
 @router.post("/upload")
-async def upload_form(request: Request, ctx: CtxDep, principal: WebPrincipal) -> Response:
+async def upload_form(request: Request, ctx: CtxDep, principal: FormPrincipal) -> Response:
     """The form, sent without JavaScript: analyse, then show the report (303)."""
     require_page(principal, "ingest", "uploading a log")
     spool = spool_path_for(ctx.settings.data_dir)
@@ -63,13 +63,17 @@ async def upload_form(request: Request, ctx: CtxDep, principal: WebPrincipal) ->
         # a form without file inputs filled (a paste only) may come urlencoded
         return await _pasted_form(request, ctx, principal, spool)
     try:
+        # the form's csrf_token is checked as the body streams by, before any file is kept
         upload = await receive(
-            request, spool=spool, limit=ctx.settings.max_upload_bytes, raw_name=None, form=True
+            request,
+            spool=spool,
+            limit=ctx.settings.max_upload_bytes,
+            raw_name=None,
+            form=True,
+            csrf=lambda token: csrf_ok(request, ctx, token),
         )
         if not csrf_ok(request, ctx, (upload.fields.get("csrf_token") or [""])[-1]):
-            raise ForbiddenError(
-                "the form has expired (missing or wrong CSRF token); reload the page and try again"
-            )
+            raise ForbiddenError(CSRF_REFUSED)
         if not upload.files:
             raise LogtriageError("choose a log file, a folder, or paste a traceback first")
     except LogtriageError as exc:
@@ -86,9 +90,7 @@ async def _pasted_form(request: Request, ctx: CtxDep, principal: WebPrincipal, s
         check_declared_length(request, PASTE_LIMIT)
         form = await request.form(max_fields=32, max_part_size=PASTE_LIMIT)
         if not csrf_ok(request, ctx, str(form.get("csrf_token") or "")):
-            raise ForbiddenError(
-                "the form has expired (missing or wrong CSRF token); reload the page and try again"
-            )
+            raise ForbiddenError(CSRF_REFUSED)
         text = str(form.get("text") or "")
         if not text.strip():
             raise LogtriageError("choose a log file, a folder, or paste a traceback first")
