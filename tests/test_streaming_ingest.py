@@ -119,3 +119,16 @@ def test_an_upload_with_an_idempotency_key_is_read_whole_first(server: LiveServe
             API, content=_log(3), headers={"Content-Type": "text/plain", "Idempotency-Key": "stream-key-1"}
         )
     assert r.status_code == 201 and watch.growing == [False]
+
+
+def test_a_binary_body_refused_while_it_arrives_is_a_clean_415(server: LiveServer) -> None:
+    """The scan refuses it from its first MiB and takes the spool with it, before the request
+    has finished writing: the request still answers the 415 (it once failed writing its marker)."""
+    import os
+
+    with server.client() as c:
+        for _ in range(4):
+            r = c.post(API, content=os.urandom(3 * MiB), headers={"Content-Type": "text/plain"})
+            assert r.status_code == 415, r.text[:300]
+            assert "binary" in r.json()["detail"]
+    assert not tmp_leftovers(server.settings.data_dir)

@@ -179,6 +179,13 @@ class AnalysisService:
             backlog_bytes=settings.analysis_backlog_bytes,
             client_share=settings.client_share,
         )
+        # the bulk lane's one worker has its own line: a 1 GB log never takes a hook's turn
+        self.bulk_admission = Admission(
+            slots=1,
+            backlog=max(1, settings.analysis_backlog // 16),
+            backlog_bytes=0,
+            client_share=settings.client_share,
+        )
 
     # -- new analyses ---------------------------------------------------------------------------
 
@@ -196,7 +203,8 @@ class AnalysisService:
     ) -> Started:
         """Admit the upload (or refuse it, 503/429, having stored nothing) and start it."""
         try:
-            ticket = self.admission.admit(client=client, memory=held_in_memory(job))
+            admission = self.bulk_admission if self.pool.is_bulk(job) else self.admission
+            ticket = admission.admit(client=client, memory=held_in_memory(job))
         except BaseException:
             remove_tree(spool)
             raise

@@ -33,8 +33,13 @@ class InputFile:
 
     @property
     def size(self) -> int:
-        if self.growing and self.expected is not None:
-            return self.expected
+        if self.growing:
+            if self.expected is not None:
+                return self.expected
+            try:
+                return Path(self.path).stat().st_size
+            except FileNotFoundError:
+                return 0  # its request failed and took the spool: the read says so
         return len(self.data) if self.data is not None else Path(self.path).stat().st_size
 
     def read(self) -> bytes:

@@ -119,8 +119,11 @@ _POLL_S = 0.002
 
 def mark_done(path: Path, size: int) -> None:
     tmp = path.with_name(path.name + DONE_SUFFIX + ".tmp")
-    tmp.write_text(str(size))
-    tmp.rename(path.with_name(path.name + DONE_SUFFIX))  # atomic: the reader never sees half
+    try:
+        tmp.write_text(str(size))
+        tmp.rename(path.with_name(path.name + DONE_SUFFIX))  # atomic: the reader never sees half
+    except FileNotFoundError:
+        pass  # the analysis ended before the body did (a binary upload) and took its spool
 
 
 def mark_aborted(path: Path) -> None:
@@ -141,7 +144,10 @@ class GrowingFile(io.RawIOBase):
 
     def __init__(self, path: Path, *, stall_s: float = 600.0) -> None:
         self.path = path
-        self._fh = path.open("rb", buffering=0)
+        try:
+            self._fh = path.open("rb", buffering=0)
+        except FileNotFoundError:
+            raise GrowingFileAborted(f"{path.name}: the upload was not completed") from None
         self._read = 0
         self._final: int | None = None
         self._stall_s = stall_s

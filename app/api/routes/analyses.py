@@ -179,6 +179,8 @@ async def create_analysis(
         )
         intake = intake_of(upload, query=query, labels=label or [], source=source)
     except BaseException:
+        if early is not None and early.task is not None:
+            early.task.cancel()  # its scan worker stops at the abort; its turn goes to the next
         remove_tree(spool)
         raise
     wait, applied = _prefer(prefer, settings.sync_wait)
