@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
 """The metric parsing against the scan, on a log made of training-metric lines (its worst case).
 
-    python bench/metrics_bench.py [--sizes 1M,64M] [--runs 5] [--baseline 'CMD']
+    python bench/metrics_bench.py [--sizes 1M,64M] [--runs 5] [--baseline-path DIR] [--plant]
 
 The log: Megatron iteration lines, verl `step:N - key:value` lines, DeepSpeed `step=N, skipped=0`
 lines and HF Trainer dicts in turn, healthy throughout, ending in a CUDA OOM (what a hook
 uploads when a run dies of memory). `--plant` puts a NaN loss at 40% of it and a loss spike at
 60% (for 1% of the log, at least 64 KiB), followed by healthy lines; the issues found are printed.
 
-In this process, rounds interleaved (`--runs`):
+In this process, rounds interleaved (`--runs`), CPU time (`time.process_time`: less disturbed
+than wall time by the other work of a shared machine):
 - `scan+metrics`: `scan_source` on the file as `analyze` runs it (the scan, the metric gates in
   its Hyperscan pass, the metric stream, the exact parse of the last lines);
 - `scan only`: the same library compiled without the metric gates, the stream a no-op and no
   exact tail: what the metrics add is the difference, and `metrics MB/s` is the file's size over it;
 - `parse_lines` (before): the line-by-line parser on the first 2 MB, the rate at which the tail
   was parsed before (every line of the last MiB).
-With `--baseline 'CMD'` (another checkout's CLI, as in scan_bench.py), `analyze FILE --jobs 1
---format json` of this checkout and of CMD take turns; their `stats.scan_seconds` (the scan with
-the metrics, no start-up) and wall times are compared.
+With `--baseline-path DIR` (a checkout of another commit: `git worktree add /tmp/base <commit>`),
+`scan_source` on the file, as `analyze` runs it, in a child process of this checkout and one
+of DIR (PYTHONPATH), taking turns, `--runs` times each per turn: the before/after of the whole
+scan of the file, metrics included, without the CLI's start-up (whose `stats.scan_seconds`
+holds numpy's first import, ~0.1 s, on a file of 1 MB).
 Results also go to bench/out/metrics.json.
 """
 
@@ -26,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shlex
 import statistics
 import subprocess
 import sys
@@ -133,27 +135,27 @@ def in_process(path: Path, runs: int) -> dict[str, object]:
     times: dict[str, list[float]] = {"scan+metrics": [], "scan only": []}
     found: dict[str, object] = {}
     for _ in range(runs):
-        t = time.perf_counter()
+        t = time.process_time()
         res = scan.scan_source(full, src, budget=ByteBudget(0))
-        times["scan+metrics"].append(time.perf_counter() - t)
+        times["scan+metrics"].append(time.process_time() - t)
         found = {
             "issues": [(i.kind, i.name, i.line) for i, _ in res.metric_issues],
             "points": len(res.metrics),
         }
         scan.MetricStream = NoStream
         try:
-            t = time.perf_counter()
+            t = time.process_time()
             scan.scan_source(bare, src, budget=ByteBudget(0))
-            times["scan only"].append(time.perf_counter() - t)
+            times["scan only"].append(time.process_time() - t)
         finally:
             scan.MetricStream = real_stream
     with path.open("rb") as fh:
         head = fh.read(2_000_000)
     head = head[: head.rfind(b"\n") + 1]
     lines = [(n, metric_text(raw)) for n, raw in enumerate(head.split(b"\n"), 1) if raw]
-    t = time.perf_counter()
+    t = time.process_time()
     check(parse_lines(lines))
-    old = time.perf_counter() - t
+    old = time.process_time() - t
     med = {k: statistics.median(v) for k, v in times.items()}
     extra = max(med["scan+metrics"] - med["scan only"], 1e-9)
     return {
@@ -169,30 +171,50 @@ def in_process(path: Path, runs: int) -> dict[str, object]:
     }
 
 
-def cli(path: Path, runs: int, commands: dict[str, list[str]]) -> dict[str, object]:
-    out: dict[str, dict[str, list[float]]] = {k: {"scan_s": [], "wall_s": []} for k in commands}
-    issues: dict[str, object] = {}
-    for _ in range(runs):
-        for label, lt in commands.items():
-            t = time.perf_counter()
+CHILD = """
+import json, sys, time
+from pathlib import Path
+from app.engine.ingest import ByteBudget, Source
+from app.engine.library import load_library
+from app.engine.scan import CompiledLibrary, scan_source
+compiled = CompiledLibrary(load_library(), cache_dir=Path(sys.argv[3]))
+src = Source(name="bench", path=Path(sys.argv[1]))
+times = []
+for _ in range(int(sys.argv[2])):
+    t = time.process_time()
+    res = scan_source(compiled, src, budget=ByteBudget(0))
+    times.append(time.process_time() - t)
+issues = [[i.kind, i.name, i.line] for i, _ in res.metric_issues]
+print(json.dumps({"times": times, "issues": issues, "points": len(res.metrics)}))
+"""
+
+
+def against(path: Path, runs: int, base: Path) -> dict[str, dict[str, object]]:
+    """scan_source's CPU time in a child of this checkout and of `base`, in turns."""
+    import os
+
+    trees = {"this": ROOT, "baseline": base}
+    got: dict[str, dict[str, object]] = {k: {} for k in trees}
+    times: dict[str, list[float]] = {k: [] for k in trees}
+    for _ in range(3):
+        for label, tree in trees.items():
             done = subprocess.run(
-                [*lt, "analyze", str(path), "--jobs", "1", "--format", "json"], capture_output=True, text=True
+                [sys.executable, "-c", CHILD, str(path), str(runs), str(OUT / f"hs-cache-{label}")],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(tree)},
+                cwd=tree,  # `-c` puts the working directory first on sys.path
+                check=True,
             )
-            wall = time.perf_counter() - t
-            report = json.loads(done.stdout)
-            out[label]["scan_s"].append(float(report["stats"]["scan_seconds"]))
-            out[label]["wall_s"].append(wall)
-            issues[label] = sorted(
-                {f["rule_id"] for f in report["findings"] if f["rule_id"].startswith(("metric", "fp16"))}
-            )
-    return {
-        label: {
-            "scan_s": statistics.median(v["scan_s"]),
-            "wall_s": statistics.median(v["wall_s"]),
-            "metric_findings": issues[label],
-        }
-        for label, v in out.items()
-    }
+            row = json.loads(done.stdout)
+            times[label].extend(row["times"])
+            got[label].update(issues=row["issues"], points=row["points"])
+    size = path.stat().st_size
+    for label, row in got.items():
+        row["times"] = times[label]
+        row["median_s"] = med = statistics.median(times[label])
+        row["mb_s"] = size / 1e6 / med
+    return got
 
 
 def main() -> int:
@@ -200,10 +222,7 @@ def main() -> int:
     p.add_argument("--sizes", default="1M,64M")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--plant", action="store_true", help="a NaN at 40%% and a loss spike at 60%%")
-    p.add_argument(
-        "--baseline", help="another checkout's CLI, e.g. 'env PYTHONPATH=/tmp/base python -m app.cli'"
-    )
-    p.add_argument("--logtriage", help="command for this checkout's CLI")
+    p.add_argument("--baseline-path", type=Path, help="a checkout of another commit, e.g. /tmp/base")
     args = p.parse_args()
     result: dict[str, object] = {}
     for text in args.sizes.split(","):
@@ -218,16 +237,12 @@ def main() -> int:
             f"({float(row['metrics_seconds']) * 1000:.1f} ms)   before: parse_lines "
             f"{row['parse_lines_mb_s']:.1f} MB/s   issues {row['issues']}"
         )
-        if args.baseline:
-            commands = {
-                "this": scan_bench.logtriage_command(args.logtriage),
-                "baseline": shlex.split(args.baseline),
-            }
-            row["cli"] = got = cli(path, args.runs, commands)
+        if args.baseline_path:
+            row["against"] = got = against(path, args.runs, args.baseline_path)
             for label, r in got.items():
                 print(
-                    f"      analyze ({label:8}) scan_seconds {r['scan_s'] * 1000:8.1f} ms  wall "
-                    f"{r['wall_s'] * 1000:8.1f} ms  metric findings {r['metric_findings']}"
+                    f"      scan_source, {label:8} {float(r['median_s']) * 1000:8.1f} ms CPU "  # type: ignore[arg-type]
+                    f"{float(r['mb_s']):7.1f} MB/s   points {r['points']}   issues {r['issues']}"  # type: ignore[arg-type]
                 )
         result[text] = row
     OUT.mkdir(parents=True, exist_ok=True)

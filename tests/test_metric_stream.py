@@ -69,7 +69,7 @@ def test_the_nan_mid_log_is_found_by_the_parallel_scan_and_in_a_stream(compiled,
 
 def test_a_loss_spike_mid_log_is_found(compiled, tmp_path) -> None:  # type: ignore[no-untyped-def]
     # a spike found in the sample must last longer than the gap between two samples
-    # (SAMPLE_COST x a line's length: ~24 KB, 400 of these lines)
+    # (SAMPLE_COST x a line's length: ~60 KB, 1000 of these lines)
     lines = [_healthy(i) for i in range(20_000)]
     lines += [f"step {i} loss 25.0{i % 10} grad_norm 0.5 lr 1e-05" for i in range(20_000, 23_000)]
     lines += [_healthy(i) for i in range(23_000, 53_000)]

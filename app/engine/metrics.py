@@ -291,7 +291,12 @@ class Checker:
                 if len(self.history) >= MAX_NAMES:
                     continue
                 past = self.history[name] = deque(maxlen=SPIKE_WINDOW)
-            if len(past) >= SPIKE_MIN_HISTORY and ("spike", name) not in reported:
+            # the median is at least the smallest: most values need no sort
+            if (
+                len(past) >= SPIKE_MIN_HISTORY
+                and abs(v) >= SPIKE_FACTOR * min(past)
+                and ("spike", name) not in reported
+            ):
                 recent = sorted(past)  # magnitudes
                 median = recent[len(recent) // 2]
                 if median > 0 and abs(v) >= SPIKE_FACTOR * median:

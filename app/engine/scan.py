@@ -352,10 +352,10 @@ class _Scanner:
                     mtail_bytes -= len(mtail.popleft()[0])
             # _verify counts the newlines up to the last hit's line: count only the rest
             counted_to, counted = self._verify(buf, cut, line_base) if hits else (0, 0)
-            stream.feed(buf, cut, line_base, offset, hits)
-            offset += cut
             if count_lines is None:
                 count_lines = _line_counter(buf, big=filled == CHUNK)
+            stream.feed(buf, cut, line_base, offset, hits, count_lines)
+            offset += cut
             line_base += counted + count_lines(counted_to, cut) + (1 if partial else 0)
             rest = filled - cut
             if rest:
