@@ -64,18 +64,22 @@ def test_the_nan_mid_log_is_found_by_the_parallel_scan_and_in_a_stream(compiled,
     sources, _ = collect_sources([str(log)])
     a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=2 if how == "parallel" else 1))
     f = next(f for f in a.findings if f.rule_id == "metric-not-finite")
-    assert f.evidence[0].line == 30_001 and f.captures == {"metric": "grad_norm", "value": "inf", "step": "30000"}
+    assert f.evidence[0].line == 30_001 and f.captures == {
+        "metric": "grad_norm",
+        "value": "inf",
+        "step": "30000",
+    }
 
 
 def test_a_loss_spike_mid_log_is_found(compiled, tmp_path) -> None:  # type: ignore[no-untyped-def]
     # a spike found in the sample must last longer than the gap between two samples
-    # (SAMPLE_COST x a line's length: ~60 KB, 1000 of these lines)
+    # (SAMPLE_COST x a line's length: ~150 KB, 2500 of these lines)
     lines = [_healthy(i) for i in range(20_000)]
-    lines += [f"step {i} loss 25.0{i % 10} grad_norm 0.5 lr 1e-05" for i in range(20_000, 23_000)]
-    lines += [_healthy(i) for i in range(23_000, 53_000)]
+    lines += [f"step {i} loss 25.0{i % 10} grad_norm 0.5 lr 1e-05" for i in range(20_000, 26_000)]
+    lines += [_healthy(i) for i in range(26_000, 56_000)]
     scan = _scan(compiled, _write(tmp_path / "train.log", lines))
     ((kind, name, line),) = _issues(scan)
-    assert (kind, name) == ("spike", "loss") and 20_001 <= line <= 23_000
+    assert (kind, name) == ("spike", "loss") and 20_001 <= line <= 26_000
     issue = scan.metric_issues[0][0]
     assert issue.baseline is not None and 2.0 <= issue.baseline <= 2.07 and issue.value >= 25
 
@@ -161,6 +165,7 @@ def _retained(stream: MetricStream) -> dict[str, int]:
 def test_the_stream_state_does_not_grow_with_the_log(compiled, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(metric_stream, "MAX_SAMPLES", 16)
     monkeypatch.setattr(metric_stream, "SAMPLE_MIN_GAP", 1024)
+    monkeypatch.setattr(metric_stream, "SAMPLE_COST", 10)
 
     def run(n: int) -> dict[str, int]:
         data = "".join(_healthy(i) + "\n" for i in range(n)).encode()
