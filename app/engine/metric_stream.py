@@ -89,7 +89,7 @@ MAX_SAMPLES_PER_CHUNK = 8
 SAMPLE_TRIES = 3  # lines the hint finds that are not metric lines, tried before giving up on a chunk
 MAX_GATE_LINES = 16  # gate lines parsed per chunk
 MAX_SAMPLES = 1000  # sampled points kept for the timeline (thinned evenly when full)
-EXACT_TAIL_BYTES = 32 << 10  # the end of the log is parsed line by line
+EXACT_TAIL_BYTES = 16 << 10  # the end of the log is parsed line by line (~100 metric lines)
 # a log up to this size is parsed line by line whole, as before (a few ms for a hook's 200 KB):
 # the timeline's fail-slow verdict finds a change point in every step time, which a sample
 # would miss (tests/corpus: gloo and gpu fail-slow, 55-122 KB)
