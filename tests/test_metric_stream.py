@@ -181,11 +181,14 @@ def test_the_stream_state_does_not_grow_with_the_log(compiled, monkeypatch) -> N
         assert big[key] <= small[key] or big[key] <= 64, (key, small, big)
 
 
-def test_the_checker_bounds_its_names() -> None:
+def test_the_checker_bounds_its_names_and_issues() -> None:
+    from app.engine.metrics import MAX_ISSUES, MAX_NAMES
+
     c = Checker()
-    for i in range(3 * metric_stream.MAX_GATE_LINES * 100):
-        c.feed(MetricPoint(i + 1, i, {f"loss_{i}": 1.0, "loss": 1.0}))
-    assert len(c.history) <= 512 and len(c.history["loss"]) == SPIKE_WINDOW
+    for i in range(5000):
+        c.feed(MetricPoint(i + 1, i, {f"loss_{i}": 1.0, "loss": 1.0, f"kl_{i}": math.nan}))
+    assert len(c.history) == MAX_NAMES and len(c.history["loss"]) == SPIKE_WINDOW
+    assert len(c.issues) == MAX_ISSUES and len(c.reported) == MAX_ISSUES
 
 
 def test_a_small_log_is_checked_exactly_as_the_line_parser_checks_it(compiled, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -258,6 +258,7 @@ def _spiky(name: str) -> bool:
 
 SPIKE_WINDOW = 50  # the median is taken over this many values before
 MAX_NAMES = 512  # metric names followed for spikes and Megatron's losses (bounded state)
+MAX_ISSUES = 1000  # non-finite names reported (a log can name any number of metrics)
 
 
 class Checker:
@@ -280,7 +281,7 @@ class Checker:
             _megatron_dropped_loss(p, self.streak, reported, self)
         for name, v in p.values.items():
             if math.isnan(v) or math.isinf(v):
-                if ("not_finite", name) not in reported:
+                if ("not_finite", name) not in reported and len(self.issues) < MAX_ISSUES:
                     reported.add(("not_finite", name))
                     self.issues.append(MetricIssue("not_finite", name, p.line, p.step, v))
                 continue
@@ -321,7 +322,7 @@ class Checker:
     def missing_loss(self, p: MetricPoint, name: str) -> MetricIssue | None:
         """Report Megatron's loss `name` left out of iteration line `p` (found by a caller that
         saw the lines before it), unless already reported."""
-        if ("not_finite", name) in self.reported:
+        if ("not_finite", name) in self.reported or len(self.issues) >= MAX_ISSUES:
             return None
         self.reported.add(("not_finite", name))
         issue = _missing_issue(p, name)
