@@ -109,6 +109,9 @@ def to_ere(p: str) -> str:
 
 
 def to_grep_patterns(compiled: CompiledLibrary, *, include_all: bool = False) -> list[str]:
-    """The rules' patterns (with `include_all`, also facts and framework detectors)."""
+    """The rules' patterns (with `include_all`, also probes, facts and framework detectors; never
+    the metric gates, which only pick lines for the metric parser)."""
     roles = ("any", "all", "not")
-    return [to_ere(e.text) for e in compiled.entries if include_all or e.role in roles]
+    return [
+        to_ere(e.text) for e in compiled.entries if e.role in roles or (include_all and e.role != "metric")
+    ]

@@ -13,8 +13,9 @@ Layouts understood (one parser, tried in this order on a line):
 
 A metric is a name with a number (or nan/inf). The parser only looks at lines that name one of
 the metrics it knows to be training signals (loss, grad norm, reward, kl, entropy, lr, step
-time, throughput, ...); everything else is left alone, so a log of a billion lines costs nothing
-beyond the tail it is given (app.engine.scan keeps each file's last lines for it).
+time, throughput, ...); everything else is left alone. Parsing a line costs ~50 µs, so over a
+whole log only the lines the scan's gate patterns report, and a sample, are parsed
+(app.engine.metric_stream); its last lines are parsed one by one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -254,29 +256,53 @@ def _spiky(name: str) -> bool:
     return any(s in name.replace("-", "_") for s in _SPIKE_NAMES) and "scale" not in name
 
 
-def check(points: list[MetricPoint]) -> MetricSummary:
-    """Non-finite values of any signal; spikes of losses, grad norms and KL."""
-    summary = MetricSummary(points)
-    history: dict[str, list[float]] = {}
-    reported: set[tuple[str, str]] = set()
-    streak: dict[str, int] = {}  # Megatron losses: in how many iteration lines in a row
-    for p in points:
-        if p.megatron:
-            _megatron_dropped_loss(p, streak, reported, summary)
+SPIKE_WINDOW = 50  # the median is taken over this many values before
+MAX_NAMES = 512  # metric names followed for spikes and Megatron's losses (bounded state)
+MAX_ISSUES = 1000  # non-finite names reported (a log can name any number of metrics)
+
+
+class Checker:
+    """The checks, one point at a time, in bounded memory (SPIKE_WINDOW values per name): fed
+    a whole log's points (app.engine.metric_stream) or a list of them (`check`)."""
+
+    def __init__(self) -> None:
+        self.issues: list[MetricIssue] = []
+        self.history: dict[str, deque[float]] = {}  # the last values' magnitudes, of spiky names
+        self.reported: set[tuple[str, str]] = set()
+        self.streak: dict[str, int] = {}  # Megatron losses: in how many iteration lines in a row
+
+    def feed(self, p: MetricPoint, *, history: bool = True, megatron: bool = True) -> list[MetricIssue]:
+        """The new issues of point `p`. `history=False`: its values are checked but do not join
+        the spike median (a line picked *because* a value is large would bias it upwards);
+        `megatron=False`: it does not count in the runs of Megatron lines (not the next one)."""
+        before = len(self.issues)
+        reported = self.reported
+        if p.megatron and megatron:
+            _megatron_dropped_loss(p, self.streak, reported, self)
         for name, v in p.values.items():
             if math.isnan(v) or math.isinf(v):
-                if ("not_finite", name) not in reported:
+                if ("not_finite", name) not in reported and len(self.issues) < MAX_ISSUES:
                     reported.add(("not_finite", name))
-                    summary.issues.append(MetricIssue("not_finite", name, p.line, p.step, v))
+                    self.issues.append(MetricIssue("not_finite", name, p.line, p.step, v))
                 continue
-            past = history.setdefault(name, [])
-            spiky = _spiky(name)
-            if spiky and len(past) >= SPIKE_MIN_HISTORY and ("spike", name) not in reported:
-                recent = sorted(abs(x) for x in past[-50:])
+            if not _spiky(name):
+                continue
+            past = self.history.get(name)
+            if past is None:
+                if len(self.history) >= MAX_NAMES:
+                    continue
+                past = self.history[name] = deque(maxlen=SPIKE_WINDOW)
+            # the median is at least the smallest: most values need no sort
+            if (
+                len(past) >= SPIKE_MIN_HISTORY
+                and abs(v) >= SPIKE_FACTOR * min(past)
+                and ("spike", name) not in reported
+            ):
+                recent = sorted(past)  # magnitudes
                 median = recent[len(recent) // 2]
                 if median > 0 and abs(v) >= SPIKE_FACTOR * median:
                     reported.add(("spike", name))
-                    summary.issues.append(
+                    self.issues.append(
                         MetricIssue(
                             "spike",
                             name,
@@ -288,9 +314,28 @@ def check(points: list[MetricPoint]) -> MetricSummary:
                             f"{abs(v) / median:.0f}x its median of {median:g}",
                         )
                     )
-            past.append(v)
-        _skipped_most(p, reported, summary)
-    return summary
+            if history:
+                past.append(abs(v))
+        _skipped_most(p, reported, self)
+        return self.issues[before:]
+
+    def missing_loss(self, p: MetricPoint, name: str) -> MetricIssue | None:
+        """Report Megatron's loss `name` left out of iteration line `p` (found by a caller that
+        saw the lines before it), unless already reported."""
+        if ("not_finite", name) in self.reported or len(self.issues) >= MAX_ISSUES:
+            return None
+        self.reported.add(("not_finite", name))
+        issue = _missing_issue(p, name)
+        self.issues.append(issue)
+        return issue
+
+
+def check(points: list[MetricPoint]) -> MetricSummary:
+    """Non-finite values of any signal; spikes of losses, grad norms and KL."""
+    checker = Checker()
+    for p in points:
+        checker.feed(p)
+    return MetricSummary(points, checker.issues)
 
 
 # DeepSpeed's fp16 optimizer logs a running count of the steps it skipped because the gradients
@@ -300,14 +345,14 @@ SKIP_MIN_STEPS = 100
 SKIP_FRACTION = 0.5
 
 
-def _skipped_most(p: MetricPoint, reported: set[tuple[str, str]], summary: MetricSummary) -> None:
+def _skipped_most(p: MetricPoint, reported: set[tuple[str, str]], checker: Checker) -> None:
     skipped = p.values.get("skipped")
     if skipped is None or p.step is None or p.step < SKIP_MIN_STEPS or ("skipped", "skipped") in reported:
         return
     if skipped > p.step or skipped < SKIP_FRACTION * p.step:
         return  # more skipped than taken is another counter, not DeepSpeed's
     reported.add(("skipped", "skipped"))
-    summary.issues.append(
+    checker.issues.append(
         MetricIssue(
             "skipped",
             "skipped",
@@ -328,26 +373,29 @@ _MEGATRON_STREAK = 2
 
 
 def _megatron_dropped_loss(
-    p: MetricPoint, streak: dict[str, int], reported: set[tuple[str, str]], summary: MetricSummary
+    p: MetricPoint, streak: dict[str, int], reported: set[tuple[str, str]], checker: Checker
 ) -> None:
     losses = {k for k in p.values if "loss" in k and k not in _MEGATRON_AFTER_LOSSES}
     if any(k in p.values for k in _MEGATRON_AFTER_LOSSES):
         for name, n in streak.items():
             if name not in losses and n >= _MEGATRON_STREAK and ("not_finite", name) not in reported:
                 reported.add(("not_finite", name))
-                summary.issues.append(
-                    MetricIssue(
-                        "not_finite",
-                        name,
-                        p.line,
-                        p.step,
-                        math.nan,
-                        detail=f"{name} is missing from Megatron's iteration line at step {p.step}: "
-                        "Megatron leaves out a loss that is NaN",
-                    )
-                )
+                checker.issues.append(_missing_issue(p, name))
     for name in list(streak):
         if name not in losses:
             streak[name] = 0
     for name in losses:
-        streak[name] = streak.get(name, 0) + 1
+        if name in streak or len(streak) < MAX_NAMES:
+            streak[name] = streak.get(name, 0) + 1
+
+
+def _missing_issue(p: MetricPoint, name: str) -> MetricIssue:
+    return MetricIssue(
+        "not_finite",
+        name,
+        p.line,
+        p.step,
+        math.nan,
+        detail=f"{name} is missing from Megatron's iteration line at step {p.step}: "
+        "Megatron leaves out a loss that is NaN",
+    )

@@ -26,7 +26,8 @@ from app.engine.ingest import ByteBudget, Readable, Source, open_source
 from app.engine.library import Library, Rule
 from app.engine.lines import LineContext, normalise, parse_context
 from app.engine.matcher import Matcher, PatternSpec, build_matcher
-from app.engine.metrics import MetricIssue, MetricPoint, check, metric_text, parse_lines
+from app.engine.metric_stream import METRIC_GATES, MetricStream
+from app.engine.metrics import MetricIssue, MetricPoint, metric_text
 from app.engine.unwrap import joined_lines
 
 CHUNK = 256 * 1024
@@ -37,7 +38,7 @@ MAX_LINES = 200_000  # line numbers kept per pattern and file (window checks)
 MAX_SET = 4096  # ranks/hosts kept per pattern and file
 MAX_WARNINGS = 20
 
-EntryRole = Literal["any", "all", "not", "probe", "fact", "fw_detect", "fw_version"]
+EntryRole = Literal["any", "all", "not", "probe", "metric", "fact", "fw_detect", "fw_version"]
 MAX_PROBE_HITS = 512  # lines kept per probe and file (one or a few per rank and collective)
 
 
@@ -118,6 +119,12 @@ class CompiledLibrary:
 
         for name, text in PROBES.items():
             add("probe", name, text)
+        # the metric gates (app.engine.metric_stream): their hits go to the metric stream, not
+        # to _verify; in the same pass, they cost the scan next to nothing
+        first_gate = len(entries)
+        for name, text, ignore_case in METRIC_GATES:
+            add("metric", name, text, ignore_case)
+        self.metric_ids = range(first_gate, len(entries))
         for fact in library.facts:
             for text in fact.patterns:
                 add("fact", fact.name, text)
@@ -130,7 +137,7 @@ class CompiledLibrary:
         # Rules scan every byte. Facts and framework detectors form a second, "context" matcher
         # that scans only the head and tail of a plain file (see CONTEXT_BYTES): their patterns
         # (path fragments, argument dumps) hit on every chunk and would halve the throughput.
-        n_rules = sum(1 for e in entries if e.role in ("any", "all", "not", "probe"))
+        n_rules = sum(1 for e in entries if e.role in ("any", "all", "not", "probe", "metric"))
         self.matcher: Matcher = build_matcher(specs[:n_rules], engine=engine, cache_dir=cache_dir)
         self.context_matcher: Matcher | None = (
             build_matcher(specs[n_rules:], engine=engine, cache_dir=cache_dir, id_offset=n_rules)
@@ -211,7 +218,8 @@ class FileScan:
     lines: int = 0
     bytes: int = 0
     warnings: list[str] = field(default_factory=list)
-    # training metrics of the file's last lines (METRIC_TAIL_BYTES), and what looked wrong
+    # training metrics (the file's last lines, and a sample of the rest: app.engine.metric_stream)
+    # and what looked wrong anywhere in it
     metrics: list[MetricPoint] = field(default_factory=list)
     metric_issues: list[tuple[MetricIssue, str]] = field(default_factory=list)  # (issue, line text)
     probes: dict[str, list[HitRecord]] = field(default_factory=dict)  # timeline probe lines
@@ -241,12 +249,15 @@ class FileScan:
                 mine.append(rec)
         if later.tail:
             self.tail = [(n + self.lines, text) for n, text in later.tail]
-        if later.metrics:  # only the range holding the file's end reads its tail
-            for mp in later.metrics:
-                mp.line += self.lines
-            for issue, _text in later.metric_issues:
-                issue.line += self.lines
-            self.metrics, self.metric_issues = later.metrics, later.metric_issues
+        for mp in later.metrics:
+            mp.line += self.lines
+        self.metrics = (self.metrics + later.metrics)[-METRIC_KEEP:]
+        seen = {(i.kind, i.name) for i, _text in self.metric_issues}
+        for issue, text in later.metric_issues:
+            issue.line += self.lines
+            if (issue.kind, issue.name) not in seen:  # each range checks alone: the first one counts
+                seen.add((issue.kind, issue.name))
+                self.metric_issues.append((issue, text))
         self.lines += later.lines
         self.bytes += later.bytes
         for w in later.warnings:
@@ -260,6 +271,7 @@ class _Scanner:
         self.compiled = compiled
         self.result = result
         self.hits: list[tuple[int, int]] = []
+        self.stream = MetricStream(gate_ids=compiled.metric_ids, rank_hint=result.rank_hint)
 
     def run(
         self,
@@ -277,6 +289,7 @@ class _Scanner:
         matcher = self.compiled.matcher
         ctx_matcher = self.compiled.context_matcher
         hits = self.hits
+        stream = self.stream
         offset = start
         head_end, tail_start = context if context is not None else (CONTEXT_BYTES, 1 << 62)
         tail: deque[tuple[bytes, int]] | None = deque() if context is None else None
@@ -337,11 +350,12 @@ class _Scanner:
                 mtail_bytes += cut
                 while mtail_bytes - len(mtail[0][0]) >= METRIC_TAIL_BYTES:
                     mtail_bytes -= len(mtail.popleft()[0])
-            offset += cut
             # _verify counts the newlines up to the last hit's line: count only the rest
             counted_to, counted = self._verify(buf, cut, line_base) if hits else (0, 0)
             if count_lines is None:
                 count_lines = _line_counter(buf, big=filled == CHUNK)
+            stream.feed(buf, cut, line_base, offset, hits, count_lines)
+            offset += cut
             line_base += counted + count_lines(counted_to, cut) + (1 if partial else 0)
             rest = filled - cut
             if rest:
@@ -353,8 +367,10 @@ class _Scanner:
         self.result.lines = line_base
         if mtail:
             blocks = [(base, data) for data, base in mtail]
-            read_metrics(self.result, blocks)
+            read_metrics(self.result, blocks, stream)
             rescan_wrapped(self.compiled, self.result, blocks)
+        elif context is None:
+            finish_metrics(self.result, stream, [])
         if tail and ctx_matcher is not None:
             for data, base in tail:
                 hits.clear()
@@ -367,10 +383,14 @@ class _Scanner:
         hits = self.hits
         hits.sort(key=lambda h: h[1])
         entries = self.compiled.entries
+        gates = self.compiled.metric_ids
+        first_gate, end_gates = gates.start, gates.stop
         pos, lineno = 0, line_base
         line_start = -1
         line_hits: list[tuple[int, int]] = []
         for pid, end in hits:
+            if first_gate <= pid < end_gates:
+                continue  # the metric stream's
             entry = entries[pid]
             if entry.single and self._satisfied(entry):
                 continue  # a detector already answered: skip before any line arithmetic
@@ -517,22 +537,26 @@ def scan_source(compiled: CompiledLibrary, src: Source, *, budget: ByteBudget) -
     context = None
     if opened.compression is None and src.path is not None:
         context = context_zone(os.stat(src.path).st_size)
+    scanner = _Scanner(compiled, result)
     try:
-        _Scanner(compiled, result).run(opened.reader, context=context)
+        scanner.run(opened.reader, context=context)
     finally:
         opened.close()
     if context is not None and src.path is not None:
-        read_file_tail_metrics(result, src.path, start=0, compiled=compiled)
+        read_file_tail_metrics(result, src.path, start=0, compiled=compiled, stream=scanner.stream)
     return result
 
 
-METRIC_TAIL_BYTES = 1 << 20  # the end of each file is read for training metrics
+METRIC_TAIL_BYTES = 1 << 20  # the end of each file is read again (wrapped rows, the timeline)
 TAIL_KEEP_LINES = 2000  # of it, the last lines kept for the timeline (each rank's last sign of life)
+METRIC_KEEP = 5000  # metric points kept per file
 
 
-def read_file_tail_metrics(result: FileScan, path: Path, *, start: int, compiled: CompiledLibrary) -> None:
-    """Parse the metrics of a plain file's last METRIC_TAIL_BYTES (`start`: the offset the
-    result's line numbers count from) and scan the lines a terminal wrapped there again."""
+def read_file_tail_metrics(
+    result: FileScan, path: Path, *, start: int, compiled: CompiledLibrary, stream: MetricStream
+) -> None:
+    """Finish the metrics of a plain file with its last METRIC_TAIL_BYTES (`start`: the offset
+    the result's line numbers count from) and scan the lines a terminal wrapped there again."""
     with path.open("rb") as fh:
         size = fh.seek(0, os.SEEK_END)
         begin = max(start, size - METRIC_TAIL_BYTES)
@@ -543,7 +567,7 @@ def read_file_tail_metrics(result: FileScan, path: Path, *, start: int, compiled
         data = data[nl + 1 :] if nl >= 0 else b""  # from the first whole line
     n = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     blocks = [(result.lines - n, data)]
-    read_metrics(result, blocks)
+    read_metrics(result, blocks, stream)
     rescan_wrapped(compiled, result, blocks)
 
 
@@ -585,25 +609,39 @@ def rescan_wrapped(compiled: CompiledLibrary, result: FileScan, blocks: list[tup
             acc.add(rec, in_order=False)
 
 
-def read_metrics(result: FileScan, blocks: Iterable[tuple[int, bytes]]) -> None:
-    """Metric points and their checks from line-aligned blocks of (lines before it, bytes)."""
-    lines = [
-        (base + i + 1, metric_text(raw))
-        for base, data in blocks
-        for i, raw in enumerate(data.split(b"\n"))
-        if raw
-    ]
-    result.tail = [(n, text[:400]) for n, text in lines[-TAIL_KEEP_LINES:]]
-    points = parse_lines(lines)
-    if not points:
-        return
-    text_of = dict(lines)
-    for mp in points:
-        mp.rank = parse_context(text_of.get(mp.line, "")).rank
-        if mp.rank is None:
-            mp.rank = result.rank_hint
-    result.metrics = points
-    result.metric_issues = [(i, text_of.get(i.line, "")) for i in check(points).issues]
+def read_metrics(result: FileScan, blocks: list[tuple[int, bytes]], stream: MetricStream) -> None:
+    """The timeline's last lines, and the metrics of the stream that ends with these line-aligned
+    blocks of (lines before it, bytes): its last `stream.exact_bytes` are parsed line by line."""
+    result.tail = [(n, metric_text(raw)[:400]) for n, raw in _last_rows(blocks, lines=TAIL_KEEP_LINES)]
+    window = [(n, metric_text(raw)) for n, raw in _last_rows(blocks, nbytes=stream.exact_bytes)]
+    finish_metrics(result, stream, window)
+
+
+def finish_metrics(result: FileScan, stream: MetricStream, window: list[tuple[int, str]]) -> None:
+    result.metrics, result.metric_issues = stream.finish(window, keep=METRIC_KEEP)
+
+
+def _last_rows(
+    blocks: list[tuple[int, bytes]], *, lines: int | None = None, nbytes: int | None = None
+) -> list[tuple[int, bytes]]:
+    """The non-empty lines (line number, bytes) among the blocks' last `lines` lines, or among
+    those that start in their last `nbytes` bytes."""
+    out: list[tuple[int, bytes]] = []
+    left = nbytes
+    for base, data in reversed(blocks):
+        s = 0
+        if left is not None:
+            if left <= 0:
+                break
+            if len(data) > left:
+                nl = data.find(b"\n", len(data) - left - 1)  # the first line start in the last `left`
+                s = nl + 1 if nl >= 0 else len(data)
+            left -= len(data)
+        first = base + (data.count(b"\n", 0, s) if s else 0)
+        out = [(first + i + 1, raw) for i, raw in enumerate(data[s:].split(b"\n")) if raw] + out
+        if lines is not None and len(out) >= lines:
+            return out[-lines:]
+    return out
 
 
 def split_points(path: Path, parts: int) -> list[tuple[int, int]]:
@@ -625,14 +663,17 @@ def scan_range(compiled: CompiledLibrary, src: Source, start: int, end: int) -> 
     assert src.path is not None
     result = FileScan(name=src.name, rank_hint=src.rank_hint)
     reader = _RangeReader(src.path, start, end)
+    scanner = _Scanner(compiled, result)
     try:
         size = os.stat(src.path).st_size
         context = context_zone(size)
-        _Scanner(compiled, result).run(reader, limit=end - start, start=start, context=context)
+        scanner.run(reader, limit=end - start, start=start, context=context)
     finally:
         reader.close()
     if end >= size:
-        read_file_tail_metrics(result, src.path, start=start, compiled=compiled)
+        read_file_tail_metrics(result, src.path, start=start, compiled=compiled, stream=scanner.stream)
+    else:
+        finish_metrics(result, scanner.stream, [])
     return result
 
 
