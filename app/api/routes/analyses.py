@@ -184,7 +184,13 @@ async def create_analysis(
         remove_tree(spool)
         raise
     wait, applied = _prefer(prefer, settings.sync_wait)
-    submission = await ops.settle(ctx, started=early or await start(intake, idempotency_key), wait=wait)
+    try:
+        submission = await ops.settle(ctx, started=early or await start(intake, idempotency_key), wait=wait)
+    finally:
+        if early is not None and early.task is not None and early.task.done():
+            # an analysis that ended before the body did (it refused it) may have removed the
+            # spool before the request wrote its end marker there
+            remove_tree(spool)
     base = base_url(request, ctx)
     if notify is not None and ctx.slack is not None and not submission.replayed:
         # posted after the answer: the hook's latency does not include Slack's
