@@ -138,7 +138,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 def test_slowloris_heads_are_cut_with_408_and_healthz_still_answers(srv: LiveServer) -> None:
-    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: slowloris\r\nX-Pad: " + b"p" * 200
+    head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: slowloris\r\nX-Pad: " + b"p" * 200
     n = 3 * PER_CLIENT  # three attacking addresses, each at its connection limit
     socks = [_connect(srv.port, f"127.0.0.{2 + i // PER_CLIENT}") for i in range(n)]
     start = time.monotonic()
@@ -190,7 +190,7 @@ def test_connections_that_never_finish_their_heads_are_closed(srv: LiveServer) -
     """400 connections from 50 addresses: half send nothing (closed without an answer), half
     send part of a head and stop (408)."""
     n = 400
-    partial = b"POST /api/v1/analyses HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+    partial = b"POST /api/v1/analyses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
     socks: list[tuple[socket.socket, float]] = []
     try:
         for i in range(n):
@@ -235,7 +235,7 @@ def test_a_trickled_body_is_cut_with_408_and_stores_nothing(srv: LiveServer) -> 
     before = store_state(srv)
     with _connect(srv.port, "127.0.0.20") as s:
         s.sendall(
-            b"POST /api/v1/analyses HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+            b"POST /api/v1/analyses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
             b"Content-Length: 100000\r\n\r\n"
         )
         start = time.monotonic()
@@ -286,7 +286,7 @@ def test_a_slow_but_steady_body_passes(srv: LiveServer) -> None:
 def test_one_client_over_its_connection_limit_gets_429_at_once(srv: LiveServer) -> None:
     protocol = srv.server.config.http
     addr = "127.0.0.30"
-    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     held = [_connect(srv.port, addr) for _ in range(PER_CLIENT)]
     try:
         for s in held:  # each served once and kept alive: held, not idle-looking to the test
@@ -353,7 +353,7 @@ def test_the_process_connection_cap_answers_503() -> None:
         held.pop().close()
         _until(lambda: protocol.open_connections.total == 3, "one released")
         with _connect(port, "127.0.2.9") as again:
-            again.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            again.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert _read_one_response(again).endswith(b"pong")
     finally:
         for s in held:
