@@ -543,3 +543,31 @@ def test_a_failed_register_leaves_the_row_to_the_writer(
     assert done.row.status == "done"
     with db.read() as s:
         assert repo.get_analysis(s, analysis_id=draft.analysis_id).job_id == "f1"
+
+
+def test_a_second_run_of_a_done_analysis_leaves_it_as_stored(
+    db: Database, tmp_path: Path, analyze: Analyze
+) -> None:
+    """A hook's retry re-ran an analysis whose first run, taken for dead, was still alive: the
+    run that finishes second finds it done and gets it back, writing nothing (its file rows
+    would break the unique key)."""
+    result = result_of(analyze, OOM.format(gib="2.00"))
+    aid = store_analysis(db, tmp_path, result, content=b"first run\n")
+    with db.read() as s:
+        before = repo.get_analysis(s, analysis_id=aid, full=True)
+        files_before = [(f.position, f.blob_sha256) for f in before.files]
+    again = repo.Completion(
+        analysis_id=aid,
+        analysis=result,
+        library_version="0.1.0",
+        files=[repo.FileRecord("job.log", repo.StoredBlob("0" * 64, 3, 3))],
+        config=None,
+        rules=[],
+    )
+    with db.write() as s:
+        [(row, _standing)] = repo.complete_analyses(s, items=[again])
+        assert row.id == aid and row.status == "done"
+    with db.read() as s:
+        after = repo.get_analysis(s, analysis_id=aid, full=True)
+        assert [(f.position, f.blob_sha256) for f in after.files] == files_before
+        assert after.result == before.result

@@ -125,7 +125,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = open_blob_store(settings)
         await asyncio.to_thread(store.check_writable)
         library = await asyncio.to_thread(load_library, settings.rules_dir)
-        pool = ScanPool(settings, library=library)
+        pool = ScanPool(settings)
         service = AnalysisService(settings=settings, db=db, store=store, pool=pool)
         app.state.ctx = AppContext(
             settings=settings,

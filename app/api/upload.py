@@ -306,7 +306,6 @@ class Upload:
     fields: dict[str, list[str]] = field(default_factory=dict)
     parts: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, name, sha256)
     total_bytes: int = 0  # log bytes as sent
-    streamed: bool = False  # its analysis started while the body arrived (`on_spool`)
 
 
 def _media_type(request: Request) -> tuple[str, dict[bytes, bytes]]:
@@ -463,7 +462,7 @@ async def _receive_raw(
     if sink.size == 0:
         raise InputError("empty request body: send the log as the body (or as a multipart `log` part)")
     _check_head(sink.head, encoding)
-    up = Upload(total_bytes=sink.size, streamed=started)
+    up = Upload(total_bytes=sink.size)
     up.files.append(sink.input_file())
     up.parts.append(("log", display, sha))
     return up

@@ -74,7 +74,6 @@ class Admission:
         self.memory = 0  # bytes of the waiting uploads held in memory
         self._queues: OrderedDict[str, deque[Ticket]] = OrderedDict()  # round-robin order
         self._waiting = 0
-        self._per_client: dict[str, int] = {}
         self._seconds = _INITIAL_SECONDS
 
     @property
@@ -102,14 +101,14 @@ class Admission:
                 "limit; retry after the time in Retry-After (nothing was stored)",
                 retry_after=self.retry_after(),
             )
-        if self._per_client.get(client, 0) >= self.client_limit:
+        queued = len(self._queues.get(client, ()))
+        if queued >= self.client_limit:
             raise TooManyRequestsError(
-                f"this client has {self._per_client[client]} logs waiting for analysis, its share of "
+                f"this client has {queued} logs waiting for analysis, its share of "
                 "the server's backlog; retry after the time in Retry-After (nothing was stored)",
                 retry_after=self.retry_after(),
             )
         self._queues.setdefault(client, deque()).append(ticket)
-        self._per_client[client] = self._per_client.get(client, 0) + 1
         self._waiting += 1
         self.memory += memory
         return ticket
@@ -137,11 +136,6 @@ class Admission:
     def _unqueued(self, ticket: Ticket) -> None:
         self._waiting -= 1
         self.memory -= ticket.memory
-        left = self._per_client[ticket.client] - 1
-        if left:
-            self._per_client[ticket.client] = left
-        else:
-            del self._per_client[ticket.client]
 
     def _next(self) -> None:
         """Hand free slots out, one client at a time in turn."""

@@ -1,6 +1,6 @@
 """What the server hands a scan worker and gets back: plain, picklable data.
 
-A worker may run in another process (spawned), on Ray, or in this process (the inline lane):
+A worker may run in another process (spawned), on Ray, or in this process (the CLI, tests):
 only these types cross that boundary.
 """
 

@@ -12,7 +12,6 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
-from app.engine.library import Library
 from app.errors import (
     ServiceUnavailableError,
 )
@@ -68,12 +67,9 @@ class ScanPool:
     How many analyses wait for these processes, and in which order, is `Admission`'s business.
     """
 
-    def __init__(
-        self, settings: Settings, *, workers: int | None = None, library: Library | None = None
-    ) -> None:
+    def __init__(self, settings: Settings, *, workers: int | None = None) -> None:
         self.settings = settings
         self.workers = workers or settings.analysis_workers
-        self._library = library
         self._pool: ProcessPoolExecutor | None = None
         self._bulk: ProcessPoolExecutor | None = None
         self.ready = asyncio.Event()

@@ -1,7 +1,7 @@
 """Scan-worker functions: decompress, redact, store as pending blobs, triage.
 
 They run wherever the library is compiled once and reused: a spawned scan process
-(`init_worker`), this process (`init_local`, the inline lane, the CLI), or a Ray actor.
+(`init_worker`), this process (`init_local`: the CLI, tests), or a Ray actor.
 """
 
 from __future__ import annotations
@@ -94,11 +94,9 @@ def init_local(settings: Settings, compiled: CompiledLibrary | None = None) -> N
     _STATE = local_state(settings, compiled=compiled)
 
 
-def local_state(
-    settings: Settings, *, compiled: CompiledLibrary | None = None, library: Library | None = None
-) -> WorkerState:
-    """What `scan_upload` needs in this process (`library`: one already loaded here)."""
-    return WorkerState(settings, compiled or build_compiled(settings, library), open_blob_store(settings))
+def local_state(settings: Settings, *, compiled: CompiledLibrary | None = None) -> WorkerState:
+    """What `scan_upload` needs in this process."""
+    return WorkerState(settings, compiled or build_compiled(settings), open_blob_store(settings))
 
 
 def worker_state() -> WorkerState:

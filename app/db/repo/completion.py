@@ -229,31 +229,23 @@ def complete_analyses(
     for c in items:
         if c.draft is None and c.analysis_id not in rows:
             raise NotFoundError(f"analysis {c.analysis_id} vanished while it was running")
+    # stored already by the other run: this one's result is the same log's, left as it is
     done_before = {c.analysis_id for c in items if c.draft is None and rows[c.analysis_id].status == "done"}
-    if done_before:
-        rest = [c for c in items if c.analysis_id not in done_before]
-        out = dict(
-            zip(
-                (c.analysis_id for c in rest),
-                complete_analyses(
-                    session, items=rest, recurrence_days=recurrence_days, suspect_min_jobs=suspect_min_jobs
-                )
-                if rest
-                else [],
-                strict=True,
-            )
-        )
-        for aid in done_before:  # stored by the other run: this one's result is the same log's
-            out[aid] = (
-                rows[aid],
-                standing_of(session, row=rows[aid], days=recurrence_days, suspect_min_jobs=suspect_min_jobs),
-            )
-        return [out[c.analysis_id] for c in items]
-    for c in items:
+    todo = [c for c in items if c.analysis_id not in done_before]
+    for c in todo:
         if c.draft is not None:
             rows[c.analysis_id] = pending_row(c.draft)
             session.add(rows[c.analysis_id])
-    pairs = [(rows[c.analysis_id], c) for c in items]
+    pairs = [(rows[c.analysis_id], c) for c in todo]
+    out = {
+        aid: (
+            rows[aid],
+            standing_of(session, row=rows[aid], days=recurrence_days, suspect_min_jobs=suspect_min_jobs),
+        )
+        for aid in done_before
+    }
+    if not pairs:
+        return [out[c.analysis_id] for c in items]
     # no autoflush: each row goes out in the one INSERT or UPDATE below, not one per query;
     # the rows referencing the analyses follow it
     with session.no_autoflush:
@@ -284,7 +276,8 @@ def complete_analyses(
         # last before commit: every upload of a common failure updates these same rows, and a
         # row stays locked from its update until commit
         rollup.count(session, pending)
-    return [(row, standing) for (row, _), standing in zip(pairs, standings, strict=True)]
+    out.update({row.id: (row, standing) for (row, _), standing in zip(pairs, standings, strict=True)})
+    return [out[c.analysis_id] for c in items]
 
 
 def _insert_blobs(session: Session, pairs: Sequence[tuple[Analysis, Completion]]) -> None:
