@@ -175,14 +175,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.db import repo
     from app.db.migrate import current_revision, ensure_current
     from app.service.spool import clean_stale_tmp
-    from app.settings import Settings
+    from app.settings import get_settings
 
     # flags become environment so every uvicorn worker process sees the same settings
-    for flag, env in (("host", "HOST"), ("port", "PORT"), ("workers", "WORKERS")):
+    flags = (("host", "HOST"), ("port", "PORT"), ("workers", "WORKERS"), ("health_port", "HEALTH_PORT"))
+    for flag, env in flags:
         value = getattr(args, flag)
         if value is not None:
             os.environ[f"LOGTRIAGE_{env}"] = str(value)
-    settings = Settings()
+    settings = get_settings()
     from app.engine.library import load_library
 
     library = load_library(settings.rules_dir)  # a broken rule file stops here, with a clear error
@@ -226,8 +227,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     import socket
 
-    if settings.workers > 1 and hasattr(socket, "SO_REUSEPORT"):
+    supervise = settings.workers > 1 or settings.health_port is not None
+    if supervise and hasattr(socket, "SO_REUSEPORT"):
         from app.api.serve import serve_reuseport
+
+        def said(port: int) -> None:
+            print(f"logtriage: liveness on http://{shown}:{port}/healthz", file=sys.stderr)
 
         return serve_reuseport(
             host=settings.host,
@@ -236,7 +241,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             log_level=settings.log_level,
             recycle_growth=settings.worker_recycle_growth,
             recycle_after_s=settings.worker_recycle_after_s,
+            health_port=settings.health_port,
+            health_stall_s=settings.health_stall_s,
+            on_health_port=said,
         )
+    if settings.health_port is not None:
+        print("logtriage: --health-port needs SO_REUSEPORT (Linux); serving without it", file=sys.stderr)
     from app.api.protocol import uvicorn_http
 
     uvicorn.run(
@@ -537,6 +547,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("--host", help="interface to bind (default 127.0.0.1; LOGTRIAGE_HOST)")
     s.add_argument("--port", type=int, help="TCP port (default 8000; LOGTRIAGE_PORT)")
     s.add_argument("--workers", type=int, help="uvicorn worker processes (default 1; LOGTRIAGE_WORKERS)")
+    s.add_argument(
+        "--health-port",
+        type=int,
+        metavar="PORT",
+        help="answer GET /healthz on this port too, never queued behind uploads: for liveness probes "
+        "(LOGTRIAGE_HEALTH_PORT)",
+    )
     s.add_argument(
         "--wait-for-db",
         type=float,

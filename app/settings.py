@@ -85,6 +85,21 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="`logtriage serve`: interface to bind.")
     port: int = Field(default=8000, ge=0, le=65535, description="`logtriage serve`: TCP port.")
     workers: int = Field(default=1, ge=1, description="`logtriage serve`: uvicorn worker processes.")
+    health_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="`logtriage serve`: also answer `GET /healthz` on this port, from the supervisor "
+        "process, never queued behind uploads (point a liveness probe here). 503 when a worker's event "
+        "loop has been silent for `health_stall_s`. Unset: `/healthz` only on the service port.",
+    )
+    health_stall_s: float = Field(
+        default=15.0,
+        gt=0,
+        le=3600,
+        description="`--health-port`: a warm worker whose event loop has not turned for this long makes "
+        "`/healthz` there a 503 (it beats every 0.5 s; an analysis never runs on it).",
+    )
     worker_recycle_growth: float = Field(
         default=0.08,
         ge=0,
@@ -317,7 +332,19 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    """The settings from the environment; a bad value is a `UsageError` naming its variable."""
+    from pydantic import ValidationError
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        from app.errors import UsageError
+
+        bad = "; ".join(
+            f"LOGTRIAGE_{'_'.join(str(p) for p in e['loc']).upper()}={e.get('input')!r}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise UsageError(f"invalid setting: {bad}") from None
 
 
 def settings_table() -> str:

@@ -12,7 +12,9 @@ nodes) a distinct ~1 MB log of ordinary training-metric lines (Megatron iteratio
 verl step lines) ending in a CUDA OOM, on its own connection; all are released together. A
 hook does what `logtriage submit` does: on 429/503 it waits `Retry-After` and posts again (same
 Idempotency-Key); on 202 it is accepted and the analysis finishes in the background.
-Meanwhile a probe opens a new connection to `/healthz` every 20 ms, as a liveness probe would.
+Meanwhile a probe opens a new connection to `/healthz` every 20 ms, as a liveness probe would:
+on the service port (`healthz_ms`) and, for logtriage, on the supervisor's health port
+(`serve --health-port`, `health_port_healthz_ms`), where a kubelet's liveness probe points.
 
 Reported per server: statuses, POST latency p50/p99/max (each attempt, and each hook end to end),
 `/healthz` p50/p99/max during the burst, one hook alone (20 sequential posts, median), and for
@@ -222,7 +224,9 @@ def ms(v: float) -> float:
     return round(v * 1000, 1)
 
 
-def burst(port: int, path: str, bodies: list[bytes], tag: str) -> dict[str, Any]:
+def burst(
+    port: int, path: str, bodies: list[bytes], tag: str, health_port: int | None = None
+) -> dict[str, Any]:
     results: list[dict[str, Any] | None] = [None] * len(bodies)
     go = threading.Barrier(len(bodies))
     deadline = time.monotonic() + 600
@@ -232,8 +236,13 @@ def burst(port: int, path: str, bodies: list[bytes], tag: str) -> dict[str, Any]
         # each failed job's hook runs on its own node: its own address (all of 127/8 is loopback)
         results[i] = hook(port, path, bodies[i], f"{tag}-{i}", deadline, f"127.1.{i // 250}.{i % 250 + 1}")
 
-    probe = Probe(port)
-    probe.start()
+    # the service port's /healthz always; the supervisor's health port (`serve --health-port`),
+    # where a liveness probe should point, when there is one
+    probes = {"healthz_ms": Probe(port)}
+    if health_port is not None:
+        probes["health_port_healthz_ms"] = Probe(health_port)
+    for probe in probes.values():
+        probe.start()
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(bodies))]
     t0 = time.perf_counter()
     for t in threads:
@@ -241,8 +250,10 @@ def burst(port: int, path: str, bodies: list[bytes], tag: str) -> dict[str, Any]
     for t in threads:
         t.join()
     took = time.perf_counter() - t0
-    probe.stop.set()
-    probe.join()
+    for probe in probes.values():
+        probe.stop.set()
+    for probe in probes.values():
+        probe.join()
     done = [r for r in results if r is not None]
     attempts = [a for r in done for a in r["attempts"]]
     post_lat = [t for s, t in attempts if s > 0]
@@ -254,13 +265,16 @@ def burst(port: int, path: str, bodies: list[bytes], tag: str) -> dict[str, Any]
         "server_errors": sum(1 for s, _ in attempts if (s >= 500 and s != 503) or s < 0),
         "post_ms": {"p50": ms(pct(post_lat, 0.5)), "p99": ms(pct(post_lat, 0.99)), "max": ms(max(post_lat))},
         "hook_total_ms": {"p50": ms(pct(totals, 0.5)), "p99": ms(pct(totals, 0.99))},
-        "healthz_ms": {
-            "n": len(probe.lat),
-            "p50": ms(pct(probe.lat, 0.5)),
-            "p99": ms(pct(probe.lat, 0.99)),
-            "max": ms(max(probe.lat or [float("nan")])),
-            "failures": probe.failures,
-            "slow_connect_answer_s": probe.slow,
+        **{
+            name: {
+                "n": len(probe.lat),
+                "p50": ms(pct(probe.lat, 0.5)),
+                "p99": ms(pct(probe.lat, 0.99)),
+                "max": ms(max(probe.lat or [float("nan")])),
+                "failures": probe.failures,
+                "slow_connect_answer_s": probe.slow,
+            }
+            for name, probe in probes.items()
         },
         "ids": [r.get("id") for r in done],
     }
@@ -362,6 +376,8 @@ def main() -> int:
                         str(args.port),
                         "--workers",
                         str(args.workers),
+                        "--health-port",
+                        str(args.port + 2),
                     ],
                     env,
                     args.port,
@@ -393,7 +409,8 @@ def main() -> int:
                     base + f"[rank0]: job {tag}-{i} starting its last step\n".encode() + OOM_TAIL.encode()
                     for i in range(args.hooks)
                 ]
-                res = burst(srv.port, path + f"?job_id={tag}", bodies, tag)
+                hp = args.port + 2 if name == "logtriage" else None
+                res = burst(srv.port, path + f"?job_id={tag}", bodies, tag, hp)
                 ids = res.pop("ids")
                 if name == "logtriage":
                     res["analyses"] = dict(wait_done(srv.port, [i for i in ids if i], 900))

@@ -24,7 +24,7 @@ from app.api.authcache import AuthCache
 from app.api.context import AppContext
 from app.api.hosts import HostCheck
 from app.api.routes import analyses, health, rules, slack, stats
-from app.api.serve import drain_seconds, notify_warm
+from app.api.serve import beat, drain_seconds, notify_warm, supervised
 from app.blobstore import open_blob_store
 from app.db import repo
 from app.db.migrate import ensure_current
@@ -162,12 +162,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
         warm = asyncio.create_task(_warm())
         trim = asyncio.create_task(app.state.trimmer.run())
+        # the supervisor's /healthz port tells a stuck loop from a busy one by this stamp
+        beating = asyncio.create_task(_heartbeat()) if supervised() else None
         if settings.slack_bot_token is not None:
             await start_slack(app.state.ctx, settings)
         try:
             yield
         finally:
             trim.cancel()
+            if beating is not None:
+                beating.cancel()
             if app.state.ctx.slack is not None:
                 await app.state.ctx.slack.close()
             await service.drain(drain_seconds(DRAIN_SECONDS))
@@ -175,6 +179,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await asyncio.to_thread(pool.shutdown)
     finally:
         db.dispose()
+
+
+async def _heartbeat() -> None:
+    from app.api.healthport import BEAT_S
+
+    while True:
+        beat()
+        await asyncio.sleep(BEAT_S)
 
 
 async def start_slack(ctx: AppContext, settings: Settings) -> None:

@@ -31,14 +31,17 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from app.api.healthport import STALL_S, HealthServer, Heartbeats, WorkerState
 from app.errors import ServiceUnavailableError
 
 if TYPE_CHECKING:
+    from ctypes import Array, c_double
     from multiprocessing.synchronize import Event
 
 RESTART_WINDOW = 10.0  # a worker that dies sooner than this after starting counts as a crash loop
@@ -49,6 +52,7 @@ STOP_GRACE_S = 30  # on SIGTERM to the server
 WARM_TIMEOUT_S = 300  # a replacement that is not warm by then is dropped, the old one kept
 
 _warm: Event | None = None  # set in a worker process by the supervisor
+_beats: tuple[Heartbeats, int] | None = None  # this worker's heartbeat slot, when supervised
 
 
 _retiring = False  # set when the supervisor retires this worker (SIGUSR1)
@@ -59,6 +63,17 @@ def drain_seconds(default: float) -> float:
     when it is being recycled (every upload it answered 202 is still its to finish; cancelled,
     they would fail as interrupted), `default` on an ordinary stop."""
     return float(RETIRE_GRACE_S) if _retiring else default
+
+
+def supervised() -> bool:
+    """Whether this process is a worker of `serve_reuseport` (its loop should `beat`)."""
+    return _beats is not None
+
+
+def beat() -> None:
+    """Stamp this worker's heartbeat: its event loop is turning (`app.api.healthport`)."""
+    if _beats is not None:
+        _beats[0].beat(_beats[1])
 
 
 def notify_warm() -> None:
@@ -84,14 +99,17 @@ def _watch_parent(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _worker(sock: socket.socket, log_level: str, parent: int, warm: Event) -> None:
+def _worker(
+    sock: socket.socket, log_level: str, parent: int, warm: Event, beats: Array[c_double], slot: int
+) -> None:
     import uvicorn
 
     from app.api.protocol import uvicorn_http
     from app.settings import get_settings
 
-    global _warm
+    global _warm, _beats
     _warm = warm
+    _beats = (Heartbeats(beats), slot)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     config = uvicorn.Config(
         "app.api.main:create_app",
@@ -128,6 +146,7 @@ class _Slot:
     proc: BaseProcess
     warm: Event
     started: float
+    index: int = 0  # its heartbeat's place
     floor: int | None = None  # smallest RSS seen since warm: the size it should come back to
     above_since: float | None = None
     retiring: list[BaseProcess] = field(default_factory=list)
@@ -142,6 +161,9 @@ def serve_reuseport(
     log_level: str,
     recycle_growth: float = 0.0,
     recycle_after_s: float = 60.0,
+    health_port: int | None = None,
+    health_stall_s: float = STALL_S,
+    on_health_port: Callable[[int], None] | None = None,
 ) -> int:
     # Any same-user SO_REUSEPORT socket may join a port: probe with a plain bind first, which
     # conflicts with every listener there (another logtriage included), so a second server fails.
@@ -159,10 +181,26 @@ def serve_reuseport(
     ctx = multiprocessing.get_context("spawn")
     stop = threading.Event()
     poll_s = min(0.5, recycle_after_s / 4)
+    beats = ctx.RawArray("d", workers)
+    slots: list[_Slot] = []
+    health: HealthServer | None = None
+    if health_port is not None:
+        health = HealthServer(
+            host, health_port, lambda: _states(slots, Heartbeats(beats)), stall_s=health_stall_s
+        )
+        try:
+            bound = health.bind()
+        except OSError as exc:
+            health.close()
+            raise ServiceUnavailableError(f"cannot bind {host}:{health_port}: {exc.strerror}") from None
+        if on_health_port is not None:
+            on_health_port(bound)
 
-    def start(sock: socket.socket) -> tuple[BaseProcess, Event, float]:
+    def start(sock: socket.socket, index: int) -> tuple[BaseProcess, Event, float]:
         warm = ctx.Event()
-        p = ctx.Process(target=_worker, args=(sock, log_level, os.getpid(), warm), name="logtriage-worker")
+        p = ctx.Process(
+            target=_worker, args=(sock, log_level, os.getpid(), warm, beats, index), name="logtriage-worker"
+        )
         p.start()
         return p, warm, time.monotonic()
 
@@ -171,7 +209,11 @@ def serve_reuseport(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    slots = [_Slot(s, *start(s)) for s in (_bind(host, port) for _ in range(workers))]
+    for i in range(workers):
+        sock = _bind(host, port)
+        slots.append(_Slot(sock, *start(sock, i), index=i))
+    if health is not None:
+        health.start()
     quick_deaths = 0
     try:
         while not stop.wait(poll_s):
@@ -192,7 +234,7 @@ def serve_reuseport(
                         f"logtriage: worker {slot.proc.pid} exited ({slot.proc.exitcode}); restarting it",
                         file=sys.stderr,
                     )
-                    slot.proc, slot.warm, slot.started = start(slot.sock)
+                    slot.proc, slot.warm, slot.started = start(slot.sock, slot.index)
                     slot.floor = slot.above_since = None
                     continue
                 busy = any(s.next is not None or s.retiring for s in slots)
@@ -203,8 +245,10 @@ def serve_reuseport(
                         f"{(slot.floor or 0) >> 20} MiB; replacing it",
                         file=sys.stderr,
                     )
-                    slot.next = start(slot.sock)
+                    slot.next = start(slot.sock, slot.index)
     finally:
+        if health is not None:
+            health.close()
         procs = [p for s in slots for p in (s.proc, *s.retiring, *([s.next[0]] if s.next else []))]
         for p in procs:
             if p.is_alive():
@@ -216,6 +260,16 @@ def serve_reuseport(
         for s in slots:
             s.sock.close()
     return 0 if quick_deaths < MAX_QUICK_DEATHS else 3
+
+
+def _states(slots: list[_Slot], beats: Heartbeats) -> list[WorkerState]:
+    now = time.monotonic()
+    return [
+        WorkerState(
+            pid=s.proc.pid, alive=s.proc.is_alive(), warm=s.warm.is_set(), age=beats.age(s.index, now)
+        )
+        for s in list(slots)
+    ]
 
 
 def _grown(slot: _Slot, growth: float, after_s: float) -> bool:
