@@ -127,3 +127,95 @@ def test_a_queued_ticket_wakes_its_waiter() -> None:
         return second.running
 
     assert run(go()) is True
+
+
+def test_expected_time_counts_the_turns_ahead_at_the_measured_pace() -> None:
+    async def go() -> None:
+        adm = Admission(slots=2, backlog=10, backlog_bytes=0, client_share=1.0)
+        held = [adm.admit(client=f"c{i}") for i in range(2)]  # both slots taken
+        first, second, third = (adm.admit(client=f"w{i}") for i in range(3))
+        assert (first.ahead, second.ahead, third.ahead) == (0, 1, 2)
+        pace = adm.expected_s(0)  # nothing measured yet: the initial estimate, one analysis
+        assert pace > 0
+        assert first.expected_s() == pace and second.expected_s() == pace  # both start in turn one
+        assert third.expected_s() == 2 * pace  # two slots: the third waits a whole turn
+        for t in (*held, first, second, third):
+            t.release()
+
+    run(go())
+
+
+def test_a_queued_upload_whose_turn_is_far_off_is_answered_without_waiting() -> None:
+    from types import SimpleNamespace
+
+    from app.service import ops
+    from app.service.analyses import Started
+
+    async def go() -> None:
+        adm = Admission(slots=1, backlog=10, backlog_bytes=0, client_share=1.0)
+        adm._seconds = 10 * ops.QUEUE_GRACE_S  # the measured pace: analyses take long now
+        running = adm.admit(client="a")
+        queued = adm.admit(client="b")
+        never: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(never)
+        registered: list[str] = []
+
+        async def register(analysis_id: str) -> bool:
+            registered.append(analysis_id)
+            return False
+
+        ctx = SimpleNamespace(service=SimpleNamespace(register=register))
+        started = Started("an-id", task, ticket=queued)  # type: ignore[arg-type]
+        awaited: list[bool] = []
+        waits_for_turn = queued.wait_turn
+
+        async def note_wait() -> None:
+            awaited.append(True)
+            await waits_for_turn()
+
+        queued.wait_turn = note_wait  # type: ignore[method-assign]
+        # asked to wait an hour: were the grace spent waiting for a turn 10 graces off and then
+        # the analysis, this would not return until the timeout
+        sub = await asyncio.wait_for(ops.settle(ctx, started=started, wait=3600), timeout=60)  # type: ignore[arg-type]
+        assert sub.completed is None and sub.pending is task
+        assert registered == ["an-id"]  # it got a row to poll before the 202
+        assert not awaited  # no grace spent on a turn the pace puts 10 graces away
+        task.cancel()
+        running.release()
+        queued.release()
+
+    run(go())
+
+
+def test_a_queued_upload_whose_turn_comes_waits_for_its_analysis_only_within_the_grace() -> None:
+    from types import SimpleNamespace
+
+    from app.service import ops
+    from app.service.analyses import Started
+
+    async def go() -> None:
+        adm = Admission(slots=1, backlog=10, backlog_bytes=0, client_share=1.0)
+        adm._seconds = ops.QUEUE_GRACE_S / 10  # a quick pace: worth waiting for its turn
+        running = adm.admit(client="a")
+        queued = adm.admit(client="b")
+        task = asyncio.ensure_future(asyncio.get_running_loop().create_future())  # never ends
+
+        async def register(analysis_id: str) -> bool:
+            return False
+
+        ctx = SimpleNamespace(service=SimpleNamespace(register=register))
+        started = Started("an-id", task, ticket=queued)  # type: ignore[arg-type]
+        waits_for_turn = queued.wait_turn
+
+        async def turn_comes_at_once() -> None:  # while settle waits for it
+            running.release()
+            await waits_for_turn()
+
+        queued.wait_turn = turn_comes_at_once  # type: ignore[method-assign]
+        sub = await asyncio.wait_for(ops.settle(ctx, started=started, wait=3600), timeout=60)  # type: ignore[arg-type]
+        assert queued.running  # it had its turn, and was answered pending all the same
+        assert sub.completed is None and sub.pending is task
+        task.cancel()
+        queued.release()
+
+    run(go())

@@ -45,11 +45,16 @@ class Ticket:
     admission: Admission
     granted: asyncio.Future[None] = field(repr=False)
     started: float = 0.0
+    ahead: int = 0  # waiting before it when it was admitted
     _released: bool = False
 
     @property
     def running(self) -> bool:
         return self.granted.done() and not self.granted.cancelled()
+
+    def expected_s(self) -> float:
+        """Seconds until it is done, at the measured pace: its turn, then its own analysis."""
+        return self.admission.expected_s(self.ahead)
 
     async def wait_turn(self) -> None:
         await asyncio.shield(self.granted)
@@ -80,6 +85,10 @@ class Admission:
     def waiting(self) -> int:
         return self._waiting
 
+    def expected_s(self, ahead: int) -> float:
+        """Seconds for `ahead` waiting analyses to start and one more to run, at the measured pace."""
+        return (ahead // self.slots + 1) * self._seconds
+
     def retry_after(self) -> int:
         """Seconds until the backlog has drained at the measured pace (what a refusal says)."""
         drain = (self._waiting + self.running) * self._seconds / self.slots
@@ -108,6 +117,7 @@ class Admission:
                 "the server's backlog; retry after the time in Retry-After (nothing was stored)",
                 retry_after=self.retry_after(),
             )
+        ticket.ahead = self._waiting
         self._queues.setdefault(client, deque()).append(ticket)
         self._waiting += 1
         self.memory += memory
