@@ -53,8 +53,8 @@ def _duration(text: str) -> dt.timedelta:
 
 
 def _when(text: str) -> dt.datetime:
-    from app.api.routes.common import parse_time
     from app.errors import ValidationFailedError
+    from app.http.shared import parse_time
 
     try:
         value = parse_time(text, name="time")
@@ -171,9 +171,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.api.deps import is_loopback
     from app.db import repo
     from app.db.migrate import current_revision, ensure_current
+    from app.http.deps import is_loopback
     from app.service.spool import clean_stale_tmp
     from app.settings import get_settings
 
@@ -229,7 +229,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     supervise = settings.workers > 1 or settings.health_port is not None
     if supervise and hasattr(socket, "SO_REUSEPORT"):
-        from app.api.serve import serve_reuseport
+        from app.http.serve import serve_reuseport
 
         def said(port: int) -> None:
             print(f"logtriage: liveness on http://{shown}:{port}/healthz", file=sys.stderr)
@@ -247,10 +247,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     if settings.health_port is not None:
         print("logtriage: --health-port needs SO_REUSEPORT (Linux); serving without it", file=sys.stderr)
-    from app.api.protocol import uvicorn_http
+    from app.http.protocol import uvicorn_http
 
     uvicorn.run(
-        "app.api.main:create_app",
+        "app.asgi:create_app",
         factory=True,
         host=settings.host,
         port=settings.port,

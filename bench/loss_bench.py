@@ -39,7 +39,7 @@ sys.path.insert(0, str(BENCH))
 import gen_log  # noqa: E402
 import load_bench  # noqa: E402  (its server helpers)
 
-from app.api import memory  # noqa: E402
+from app.http import memory  # noqa: E402
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/logtriage_loss"
 

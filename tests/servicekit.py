@@ -22,7 +22,7 @@ import httpx
 import uvicorn
 from sqlalchemy import create_engine, make_url, text
 
-from app.api.protocol import uvicorn_http
+from app.http.protocol import uvicorn_http
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ class LiveServer:
     """The real app under uvicorn in a background thread, bound to 127.0.0.1."""
 
     def __init__(self, settings: Settings, *, port: int | None = None) -> None:
-        from app.api.main import create_app
+        from app.asgi import create_app
 
         self.settings = settings
         self.port = port or free_port()

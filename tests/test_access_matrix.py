@@ -2,7 +2,7 @@
 
 The routes are read from the FastAPI app itself (API, web pages, /static, /problems, and
 /slack/events when the Slack bot is installed), so a new route is covered at once: a route
-without an entry in `ROUTES` fails the test. The policy is the one in app/api/deps.py
+without an entry in `ROUTES` fails the test. The policy is the one in app/http/deps.py
 (`authenticate`, `require`), app/service/access.py (`check_can_read`: an ingest token reads only
 what it posted) and app/web/pages.py (a page without a sign-in redirects to /login; forms need
 the page's CSRF token): `expected()` below writes it down once, each route says what it needs.
@@ -34,8 +34,8 @@ from fastapi.routing import APIRoute
 from starlette.routing import Mount, Route
 
 from app.db import repo
+from app.http.session import COOKIE, CSRF_HEADER
 from app.web.pages import STATIC_DIR
-from app.web.session import COOKIE, CSRF_HEADER
 from tests.servicekit import ECC, OOM, LiveServer, live_server, make_settings, training_log
 
 API = "/api/v1/analyses"
@@ -468,7 +468,7 @@ def test_tokens_are_found_by_hash_not_compared(world: World) -> None:
     token; only the hash is stored. (Session cookies and CSRF tokens use hmac.compare_digest.)"""
     import inspect
 
-    from app.api import deps
+    from app.http import deps
     from app.web import session
 
     src = inspect.getsource(deps.principal_of) + inspect.getsource(deps.read_token)  # authenticate's body
@@ -483,7 +483,7 @@ def test_tokens_are_found_by_hash_not_compared(world: World) -> None:
 
 def test_app_routes_reads_the_app(tmp_path: Path) -> None:
     """The enumeration sees a route added to the app (so the matrix would demand its entry)."""
-    from app.api.main import create_app
+    from app.asgi import create_app
 
     app = create_app(make_settings(tmp_path, None))
 

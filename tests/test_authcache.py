@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from app.api.authcache import MAX_ENTRIES, AuthCache, KnownToken, Miss
+from app.http.authcache import MAX_ENTRIES, AuthCache, KnownToken, Miss
 
 
 class Clock:

@@ -69,7 +69,7 @@ def test_the_s3_client_loads_only_when_used() -> None:
     code = textwrap.dedent(
         """
         import importlib.util, json, sys
-        import app.blobstore, app.service.analyses, app.api.main
+        import app.blobstore, app.service.analyses, app.http.main
         from app.settings import Settings
         loaded = ["obstore" in sys.modules]
         if importlib.util.find_spec("obstore"):

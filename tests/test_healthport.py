@@ -21,7 +21,7 @@ import httpx
 import psutil
 import pytest
 
-from app.api.healthport import WorkerState, verdict
+from app.http.healthport import WorkerState, verdict
 from tests.servicekit import ROOT, cli_env, free_port, make_settings, wait_ready
 
 

@@ -147,7 +147,7 @@ def test_stalled_body_gets_408(hostile_server: LiveServer) -> None:
     before = store_state(hostile_server)
     with socket.create_connection(("127.0.0.1", hostile_server.port), timeout=30) as s:
         s.sendall(
-            # a loopback name: the open-mode server refuses any other Host (app.api.hosts)
+            # a loopback name: the open-mode server refuses any other Host (app.http.hosts)
             b"POST /api/v1/analyses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
             b"Content-Length: 100000\r\n\r\n"
         )

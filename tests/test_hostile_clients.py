@@ -43,8 +43,8 @@ import pytest
 import uvicorn
 from sqlalchemy import func, select
 
-from app.api.protocol import uvicorn_http
 from app.db.models import Base
+from app.http.protocol import uvicorn_http
 from app.settings import Settings
 from tests.servicekit import LiveServer, blob_files, free_port, live_server, make_settings, tmp_leftovers
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.api.hosts import HostPolicy, host_name, is_loopback_name, policy_of
 from app.db import repo
 from app.db.session import Database
+from app.http.hosts import HostPolicy, host_name, is_loopback_name, policy_of
 from app.settings import Settings
 from tests.servicekit import OOM, LiveServer, blob_files, live_server, make_settings, training_log
 

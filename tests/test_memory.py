@@ -1,4 +1,4 @@
-"""The web worker gives freed memory back to the system (app.api.memory); the figures are in
+"""The web worker gives freed memory back to the system (app.http.memory); the figures are in
 bench/loss_bench.py's report."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from app.api import memory
+from app.http import memory
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")

@@ -255,7 +255,7 @@ def test_readyz_is_not_ready_while_the_disk_is_full(
 ) -> None:
     import shutil
 
-    from app.api.routes import health
+    from app.service import readiness
 
     assert client.get("/readyz").status_code == 200
     real = shutil.disk_usage
@@ -264,8 +264,8 @@ def test_readyz_is_not_ready_while_the_disk_is_full(
         usage = real(path)
         return type(usage)(usage.total, usage.total - 1024, 1024)
 
-    monkeypatch.setattr(health.shutil, "disk_usage", nearly_full)
+    monkeypatch.setattr(readiness.shutil, "disk_usage", nearly_full)
     r = client.get("/readyz")
     assert r.status_code == 503 and "disk is full" in r.json()["detail"]
-    monkeypatch.setattr(health.shutil, "disk_usage", real)
+    monkeypatch.setattr(readiness.shutil, "disk_usage", real)
     assert client.get("/readyz").status_code == 200

@@ -3,7 +3,7 @@
 A retiring worker (`serve --workers`, recycling) shuts down while clients keep connecting; a
 connection the kernel handed to it just before may not have sent its request yet. Stock uvicorn
 closes it ("server disconnected without sending a response"); the project's protocol serves that
-one request and then closes (app/api/protocol.py).
+one request and then closes (app/http/protocol.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.api.protocol import BoundedHttpToolsProtocol
+from app.http.protocol import BoundedHttpToolsProtocol
 from tests.servicekit import free_port
 
 REQUEST = b"GET /ping HTTP/1.1\r\nHost: test\r\n\r\n"

@@ -23,8 +23,8 @@ import yaml
 import zstandard
 from sqlalchemy import MetaData, create_engine, select
 
-from app.api.accesslog import ScrubQuery, scrub_target
 from app.engine.redact import redact_stream, redact_text
+from app.http.accesslog import ScrubQuery, scrub_target
 from tests.conftest import ROOT
 from tests.servicekit import LiveServer, blob_files, wait_done
 

@@ -320,7 +320,7 @@ def test_retried_event_and_a_second_worker_answer_once(
             == 200
         )
         assert post_event(other, payload).status_code == 200
-        bots = [bot_server.ctx.slack, second.ctx.slack]
+        bots = [bot_server.app.state.slack_bot, second.app.state.slack_bot]
 
         def all_taken(f: FakeSlack) -> bool:
             return (

@@ -63,6 +63,6 @@ def test_the_service_imports_no_slack_library_until_the_bot_is_configured() -> N
     import subprocess
     import sys
 
-    code = "import sys, app.api.main; print(sorted(m for m in ('slack_bolt', 'slack_sdk', 'aiohttp') if m in sys.modules))"
+    code = "import sys, app.http.main; print(sorted(m for m in ('slack_bolt', 'slack_sdk', 'aiohttp') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"

@@ -14,8 +14,8 @@ import pytest
 
 from app.db import repo
 from app.db.session import Database
+from app.http.session import BrowserSession, SessionCodec, load_secret
 from app.settings import Settings
-from app.web.session import BrowserSession, SessionCodec, load_secret
 from tests.servicekit import (
     ECC,
     NCCL_TIMEOUT,
@@ -375,9 +375,9 @@ def fresh_db_url(db_url: str, request: pytest.FixtureRequest, tmp_path: Path) ->
 
 
 def test_pages_are_compiled_at_start_not_by_the_first_visitor(server: LiveServer) -> None:
-    from app.api.main import TEMPLATES
+    from app.web.edge import TEMPLATES
 
-    env = server.ctx.templates
+    env = server.app.state.templates
     pages = {p.name for p in TEMPLATES.glob("*.html")}
     deadline = time.monotonic() + 60  # the start-up warm-up runs beside the first requests
     while not pages <= {name for _, name in env.cache} and time.monotonic() < deadline:

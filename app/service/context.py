@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from app.blobstore import BlobStore
 from app.db.session import Database
@@ -11,8 +12,11 @@ from app.service.analyses import AnalysisService
 from app.service.pool import ScanPool
 from app.settings import Settings
 
+if TYPE_CHECKING:
+    from app.service.notify import Notifier
 
-@dataclass
+
+@dataclass(kw_only=True)
 class ServiceContext:
     settings: Settings
     db: Database
@@ -20,3 +24,5 @@ class ServiceContext:
     library: Library
     pool: ScanPool
     service: AnalysisService
+    # who tells people about analyses (the Slack bot, when configured): `app.service.notify`
+    notifier: Notifier | None = None

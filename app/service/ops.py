@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 
 from app.db import repo
 from app.db.models import Analysis
-from app.errors import AnalysisNotReadyError, ValidationFailedError
+from app.db.repo import AnalysisFilter as AnalysisFilter  # the edges' filter type, from here
+from app.errors import AnalysisNotReadyError, NotFoundError, ValidationFailedError
 from app.service import aggregates, present
 from app.service.access import Principal, check_can_read
 from app.service.analyses import Completed, Started
@@ -155,6 +156,58 @@ def load_resource(
         if principal is not None:
             check_can_read(principal, row)
         return present.load_resource(s, row=row, base=base, settings=ctx.settings)
+
+
+def resource_for(ctx: ServiceContext, *, analysis_id: str, base: str, principal: Principal) -> dict[str, Any]:
+    """One analysis as `principal` may see it (403/404 otherwise; token names hidden from ingest)."""
+    res = load_resource(ctx, analysis_id=analysis_id, base=base, principal=principal)
+    return present.for_principal(res, principal)
+
+
+def done_resource_for(
+    ctx: ServiceContext, *, analysis_id: str, base: str, principal: Principal
+) -> dict[str, Any]:
+    """`resource_for` of a finished analysis; 409 while it runs or when it failed."""
+    with ctx.db.read() as s:
+        row = repo.get_analysis(s, analysis_id=analysis_id, full=True)
+        check_can_read(principal, row)
+        require_done(row)
+        res = present.load_resource(s, row=row, base=base, settings=ctx.settings)
+    return present.for_principal(res, principal)
+
+
+def check_readable(
+    ctx: ServiceContext, *, analysis_id: str, principal: Principal, done: bool = False
+) -> None:
+    """403/404 unless `principal` may read the analysis; with `done`, 409 unless it is finished."""
+    with ctx.db.read() as s:
+        row = repo.get_analysis(s, analysis_id=analysis_id)
+        check_can_read(principal, row)
+        if done:
+            require_done(row)
+
+
+@dataclass(frozen=True)
+class StoredLog:
+    """One stored (redacted, compressed) log of an analysis, as the log endpoints serve it."""
+
+    analysis_id: str
+    name: str
+    size: int
+    blob_sha256: str
+
+
+def stored_log(ctx: ServiceContext, *, analysis_id: str, principal: Principal, file: int) -> StoredLog:
+    """Which blob holds file number `file` of the analysis (404 when there is none)."""
+    with ctx.db.read() as s:
+        row = repo.get_analysis(s, analysis_id=analysis_id, full=True)
+        check_can_read(principal, row)
+        if not row.files:
+            raise NotFoundError(f"analysis {row.id} has no stored log ({row.status})")
+        if file >= len(row.files):
+            raise NotFoundError(f"analysis {row.id} has {len(row.files)} file(s); no file={file}")
+        f = row.files[file]
+        return StoredLog(row.id, f.name, f.size, f.blob_sha256)
 
 
 def require_done(row: Analysis) -> None:

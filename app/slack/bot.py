@@ -27,8 +27,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.db import repo
-from app.db.repo import JobMeta
 from app.engine.redact import redact_text
 from app.errors import (
     AuthError,
@@ -38,12 +36,13 @@ from app.errors import (
     SlackError,
     UnsupportedMediaError,
 )
-from app.service import ops
+from app.service import chat, ops
 from app.service.access import Principal
 from app.service.context import ServiceContext
 from app.service.jobs import InputFile, ScanJob
+from app.service.metadata import JobMeta
 from app.service.spool import remove_tree, spool_path_for
-from app.slack import blocks, verify, webapi
+from app.slack import CHANNEL_ID, blocks, verify, webapi
 
 if TYPE_CHECKING:
     from slack_bolt.async_app import AsyncApp
@@ -201,23 +200,14 @@ class SlackBot:
     async def claim(self, *keys: str) -> bool:
         """True when every key is new (then they are all taken); False on a repeat of any."""
 
-        def run() -> bool:
-            with self.ctx.db.write() as s:
-                for key in keys:
-                    if not repo.claim_slack_event(s, key=key):
-                        s.rollback()
-                        return False
-                return True
-
-        first = await asyncio.to_thread(run)
+        first = await asyncio.to_thread(chat.claim_events, self.ctx, keys=keys)
         self._claims += 1
         if self._claims % PRUNE_EVERY == 1:
             await asyncio.to_thread(self.prune)
         return first
 
     def prune(self) -> int:
-        with self.ctx.db.write() as s:
-            return repo.prune_slack_events(s, before=dt.datetime.now(dt.UTC) - EVENT_MEMORY)
+        return chat.prune_events(self.ctx, before=dt.datetime.now(dt.UTC) - EVENT_MEMORY)
 
     # --- listeners -----------------------------------------------------------------------------
 
@@ -231,7 +221,7 @@ class SlackBot:
         app.action("open_report")(self._on_link)
 
     def _base(self, context: Any) -> str:
-        # a request's base is "" when its Host is not trusted for links (app.api.hosts)
+        # a request's base is "" when its Host is not trusted for links (app.http.hosts)
         return str(context.get("logtriage_base") or self.default_base).rstrip("/")
 
     async def _on_message(self, body: dict[str, Any], event: dict[str, Any], context: Any) -> None:
@@ -513,16 +503,15 @@ class SlackBot:
     def _remember(
         self, analysis_id: str, channel: str, ts: str, thread_ts: str | None, purpose: str, fp: str | None
     ) -> None:
-        with self.ctx.db.write() as s:
-            repo.add_slack_message(
-                s,
-                analysis_id=analysis_id,
-                channel=channel,
-                ts=ts,
-                thread_ts=thread_ts,
-                purpose=purpose,
-                fingerprint=fp,
-            )
+        chat.message_posted(
+            self.ctx,
+            analysis_id=analysis_id,
+            channel=channel,
+            ts=ts,
+            thread_ts=thread_ts,
+            purpose=purpose,
+            fingerprint=fp,
+        )
 
     async def refresh(
         self, *, analysis_id: str, base: str, note: str | None = None, also: tuple[str, str] | None = None
@@ -532,9 +521,7 @@ class SlackBot:
 
         def load() -> tuple[dict[str, Any], list[tuple[str, str]]]:
             res = ops.load_resource(self.ctx, analysis_id=analysis_id, base=base, principal=None)
-            with self.ctx.db.read() as s:
-                where = [(m.channel, m.ts) for m in repo.slack_messages_of(s, analysis_id=analysis_id)]
-            return res, where
+            return res, chat.messages_of(self.ctx, analysis_id=analysis_id)
 
         res, where = await asyncio.to_thread(load)
         if also and also[0] and also[1] and also not in where:
@@ -549,7 +536,18 @@ class SlackBot:
             self.stats["updates"] += 1
         return len(where)
 
-    # --- hook notifications --------------------------------------------------------------------
+    # --- hook notifications (`app.service.notify.Notifier`) ---------------------------------------
+
+    def valid_channel(self, channel: str) -> str | None:
+        if CHANNEL_ID.match(channel):
+            return None
+        return (
+            f"{channel[:40]!r} is not a Slack channel ID (C0123ABCD: the channel's details "
+            "show it); names change, IDs do not"
+        )
+
+    def analysis_changed(self, *, analysis_id: str, base: str, note: str) -> None:
+        self.spawn(self.refresh(analysis_id=analysis_id, base=base, note=note), name="refresh")
 
     def notify_later(
         self, *, analysis_id: str, channel: str, base: str, pending: asyncio.Task[Any] | None
@@ -587,12 +585,9 @@ class SlackBot:
         async with lock:  # two hooks of one failure at once: the second waits and threads
             since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=window)
 
-            def head() -> tuple[str, str] | None:
-                with self.ctx.db.read() as s:
-                    row = repo.slack_thread_head(s, channel=channel, fingerprint=fp, since=since)
-                    return (row.channel, row.ts) if row else None
-
-            found = await asyncio.to_thread(head)
+            found = await asyncio.to_thread(
+                chat.thread_head, self.ctx, channel=channel, fingerprint=fp, since=since
+            )
             if found is None:
                 await self.post_analysis(
                     res, channel=channel, thread_ts=None, base=base, purpose="notify", fingerprint=fp

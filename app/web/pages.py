@@ -1,6 +1,6 @@
 """What every web page shares: who is asking, the CSRF token, rendering, sign-in redirects.
 
-Pages authenticate exactly like the API (`app.api.deps.authenticate`: a token, the browser's
+Pages authenticate exactly like the API (`app.http.deps.authenticate`: a token, the browser's
 signed session cookie, or open mode on loopback). A page that needs a sign-in the browser does
 not have redirects to /login instead of answering 401.
 """
@@ -19,11 +19,11 @@ from fastapi.security import HTTPBasicCredentials
 from fastapi.security.http import HTTPAuthorizationCredentials
 
 from app import __version__
-from app.api.context import AppContext
-from app.api.deps import CtxDep, basic_scheme, bearer_scheme, principal_of, request_session
 from app.errors import AuthError, ForbiddenError, LoginRequiredError
+from app.http.context import AppContext
+from app.http.deps import CtxDep, basic_scheme, bearer_scheme, principal_of, request_session
+from app.http.session import BrowserSession
 from app.service.access import Principal
-from app.web.session import BrowserSession
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 
@@ -114,7 +114,7 @@ def render(
     **context: Any,
 ) -> HTMLResponse:
     session = browser_session(request, ctx)
-    html = ctx.templates.get_template(template).render(
+    html = request.app.state.templates.get_template(template).render(
         request=request,
         principal=principal,
         nav=nav,

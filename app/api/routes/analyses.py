@@ -7,36 +7,34 @@ from collections.abc import Iterator
 from typing import Annotated, Any, BinaryIO
 
 from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
-from app.api.context import AppContext
-from app.api.deps import AdminDep, CtxDep, IngestDep, PrincipalDep, ReadDep, SessionDep
-from app.api.routes.common import base_url, content_disposition, parse_time, problems
 from app.api.schemas import (
     AnalysisPage,
     AnalysisResource,
     FeedbackIn,
     FeedbackOut,
     RetriageOut,
-    Source,
-    parse_labels,
 )
-from app.api.upload import Intake, Upload, intake_of, receive
 from app.blobstore import iter_range
-from app.db import repo
 from app.engine.models import Analysis as AnalysisModel
 from app.errors import (
     NotFoundError,
     RangeNotSatisfiableError,
+    UsageError,
     ValidationFailedError,
 )
+from app.http.deps import AdminDep, CtxDep, IngestDep, PrincipalDep, ReadDep, SessionDep
+from app.http.openapi import problems
+from app.http.shared import base_url, content_disposition, parse_time
+from app.http.upload import Intake, Upload, intake_of, receive
 from app.render.markdown import render_markdown
+from app.service import notify as notify_
 from app.service import ops, present
-from app.service.access import check_can_read
 from app.service.analyses import Started
 from app.service.jobs import InputFile
+from app.service.metadata import Source, parse_labels
 from app.service.spool import remove_tree, spool_path_for
-from app.slack import CHANNEL_ID
 
 router = APIRouter(prefix="/api/v1", tags=["analyses"])
 
@@ -143,7 +141,8 @@ async def create_analysis(
     """
     settings = ctx.settings
     if notify is not None:
-        check_notify(ctx, notify)  # before the upload is read: a refused request stores nothing
+        # before the upload is read: a refused request stores nothing
+        notify_.check_channel(ctx, channel=notify)
     spool = spool_path_for(settings.data_dir)
     query = {"job_id": job_id, "framework": framework, "exit_code": exit_code, "host": host}
     client = request.client.host if request.client else None
@@ -192,27 +191,14 @@ async def create_analysis(
             # spool before the request wrote its end marker there
             remove_tree(spool)
     base = base_url(request, ctx)
-    if notify is not None and ctx.slack is not None and not submission.replayed:
+    if notify is not None and not submission.replayed:
         # posted after the answer: the hook's latency does not include Slack's
-        ctx.slack.notify_later(
-            analysis_id=submission.analysis_id, channel=notify, base=base, pending=submission.pending
+        notify_.notify_later(
+            ctx, analysis_id=submission.analysis_id, channel=notify, base=base, pending=submission.pending
         )
     res = await asyncio.to_thread(ops.submission_resource, ctx, submission=submission, base=base)
     res = present.for_principal(res, principal)
     return _response(res, base=base, replayed=submission.replayed, applied=applied)
-
-
-def check_notify(ctx: AppContext, channel: str) -> None:
-    if ctx.slack is None:
-        raise ValidationFailedError(
-            "notify: the Slack bot is not configured on this server (set LOGTRIAGE_SLACK_BOT_TOKEN; "
-            "docs/slack.md)"
-        )
-    if not CHANNEL_ID.match(channel):
-        raise ValidationFailedError(
-            f"notify: {channel[:40]!r} is not a Slack channel ID (C0123ABCD: the channel's details "
-            "show it); names change, IDs do not"
-        )
 
 
 @router.get(
@@ -221,24 +207,10 @@ def check_notify(ctx: AppContext, channel: str) -> None:
     summary="One analysis (JSON contract + id, metadata, links)",
     responses=problems(401, 403, 404),
 )
-def get_analysis(
-    analysis_id: str, request: Request, ctx: CtxDep, session: SessionDep, principal: PrincipalDep
-) -> JSONResponse:
-    row = repo.get_analysis(session, analysis_id=analysis_id, full=True)
-    check_can_read(principal, row)
-    res = present.load_resource(session, row=row, base=base_url(request, ctx), settings=ctx.settings)
-    headers = {"Retry-After": "2"} if row.status == "pending" else {}
-    return JSONResponse(present.for_principal(res, principal), headers=headers)
-
-
-def _done_resource(
-    analysis_id: str, request: Request, ctx: AppContext, session: Any, principal: Any
-) -> dict[str, Any]:
-    row = repo.get_analysis(session, analysis_id=analysis_id, full=True)
-    check_can_read(principal, row)
-    ops.require_done(row)
-    res = present.load_resource(session, row=row, base=base_url(request, ctx), settings=ctx.settings)
-    return present.for_principal(res, principal)
+def get_analysis(analysis_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep) -> JSONResponse:
+    res = ops.resource_for(ctx, analysis_id=analysis_id, base=base_url(request, ctx), principal=principal)
+    headers = {"Retry-After": "2"} if res["status"] == "pending" else {}
+    return JSONResponse(res, headers=headers)
 
 
 @router.get(
@@ -247,28 +219,11 @@ def _done_resource(
     response_class=Response,
     responses={200: {"content": {"text/markdown": {}}}, **problems(401, 403, 404, 409)},
 )
-def report_md(
-    analysis_id: str, request: Request, ctx: CtxDep, session: SessionDep, principal: PrincipalDep
-) -> Response:
-    res = _done_resource(analysis_id, request, ctx, session, principal)
+def report_md(analysis_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep) -> Response:
+    base = base_url(request, ctx)
+    res = ops.done_resource_for(ctx, analysis_id=analysis_id, base=base, principal=principal)
     text = render_markdown(AnalysisModel.model_validate(res)) + present.service_markdown(res)
     return Response(text, media_type="text/markdown; charset=utf-8")
-
-
-@router.get(
-    "/analyses/{analysis_id}/report.html",
-    summary="The report as HTML (the permalink)",
-    response_class=HTMLResponse,
-    responses=problems(401, 403, 404, 409),
-)
-async def report_html(analysis_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep) -> Response:
-    from app.web.routes.report import render_report  # the web edge renders it: one report page
-
-    with ctx.db.read() as s:
-        row = repo.get_analysis(s, analysis_id=analysis_id)
-        check_can_read(principal, row)
-        ops.require_done(row)
-    return await render_report(request, ctx, principal, analysis_id=analysis_id)
 
 
 def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -319,13 +274,7 @@ def get_log(
     file: Annotated[int, Query(ge=0, description="index of the file (see `files`)")] = 0,
     range_: Annotated[str | None, Header(alias="Range")] = None,
 ) -> Response:
-    row = repo.get_analysis(session, analysis_id=analysis_id, full=True)
-    check_can_read(principal, row)
-    if not row.files:
-        raise NotFoundError(f"analysis {row.id} has no stored log ({row.status})")
-    if file >= len(row.files):
-        raise NotFoundError(f"analysis {row.id} has {len(row.files)} file(s); no file={file}")
-    f = row.files[file]
+    f = ops.stored_log(ctx, analysis_id=analysis_id, principal=principal, file=file)
     size = f.size
     headers = {
         "Accept-Ranges": "bytes",
@@ -347,7 +296,7 @@ def get_log(
         fh = ctx.store.open(f.blob_sha256)
     except FileNotFoundError:
         raise NotFoundError(
-            f"analysis {row.id}: the stored log {f.blob_sha256[:12]}… is missing from the blob store"
+            f"analysis {f.analysis_id}: the stored log {f.blob_sha256[:12]}… is missing from the blob store"
         ) from None
     return StreamingResponse(
         _stream(fh, start, end - start),
@@ -385,7 +334,7 @@ def list_analyses(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: str | None = None,
 ) -> JSONResponse:
-    filters = repo.AnalysisFilter(
+    filters = ops.AnalysisFilter(
         failure_class=failure_class,
         kind=kind,
         framework=framework,
@@ -399,21 +348,17 @@ def list_analyses(
         until=parse_time(until, name="until"),
         labels=parse_labels(label or []),
     )
-    try:
-        rows, next_cursor = repo.list_analyses(session, filters=filters, limit=limit, cursor=cursor)
-    except Exception as exc:
-        from app.errors import UsageError
-
-        if isinstance(exc, UsageError):
-            raise ValidationFailedError(exc.detail) from None
-        raise
     base = base_url(request, ctx)
+    try:
+        items, next_cursor = ops.history(ctx, filters=filters, limit=limit, cursor=cursor, base=base)
+    except UsageError as exc:  # a cursor that is not one of ours
+        raise ValidationFailedError(exc.detail) from None
     next_url = None
     if next_cursor:
         page = request.url.include_query_params(cursor=next_cursor)
         next_url = f"{base}{page.path}?{page.query}"  # never from the Host unless trusted
     body = {
-        "items": present.summaries(session, rows, base=base),
+        "items": items,
         "next_cursor": next_cursor,
         "links": {"next": next_url},
     }
@@ -466,9 +411,7 @@ async def retriage(analysis_id: str, request: Request, ctx: CtxDep, _principal: 
     aid, changes = await ctx.service.retriage(analysis_id)
     base = base_url(request, ctx)
     res = await asyncio.to_thread(ops.load_resource, ctx, analysis_id=aid, base=base, principal=None)
-    if ctx.slack is not None and changes:
-        # the bot's messages about it say what the analysis says now (updated in place)
-        ctx.slack.spawn(
-            ctx.slack.refresh(analysis_id=aid, base=base, note="updated after a re-triage"), name="refresh"
-        )
+    if changes:
+        # what was posted about it says what the analysis says now (updated in place)
+        notify_.announce_change(ctx, analysis_id=aid, base=base, note="updated after a re-triage")
     return JSONResponse({"summary": change_summary(changes), "changes": changes, "analysis": res})

@@ -6,12 +6,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import CtxDep, ReadDep, SessionDep
-from app.api.routes.common import problems
 from app.api.schemas import LibraryInfo, RuleDetail, RuleSummary
-from app.db import repo
 from app.engine.library import Library, Rule
 from app.errors import NotFoundError
+from app.http.deps import CtxDep, ReadDep
+from app.http.openapi import problems
+from app.service import rules as rules_service
 
 router = APIRouter(prefix="/api/v1", tags=["rules"])
 
@@ -60,13 +60,12 @@ def list_rules(
 def get_rule(
     rule_id: str,
     ctx: CtxDep,
-    session: SessionDep,
     _principal: ReadDep,
     version: Annotated[int | None, Query(ge=1, description="an older version, as stored")] = None,
 ) -> dict[str, Any]:
     lib = ctx.library
     lr = lib.get(rule_id)
-    stored = repo.rule_versions(session, rule_id=rule_id)
+    stored = rules_service.stored_versions(ctx, rule_id=rule_id)
     stored_list = [
         {
             "version": rv.version,

@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import CtxDep, ReadDep, SessionDep
-from app.api.routes.common import parse_time, problems
-from app.errors import ValidationFailedError
+from app.http.deps import CtxDep, ReadDep
+from app.http.openapi import problems
+from app.http.shared import parse_time
 from app.service import ops
 
 router = APIRouter(prefix="/api/v1", tags=["stats"])
@@ -22,7 +22,6 @@ router = APIRouter(prefix="/api/v1", tags=["stats"])
 )
 def get_stats(
     ctx: CtxDep,
-    session: SessionDep,
     _principal: ReadDep,
     days: Annotated[int, Query(ge=1, le=3650, description="window ending now (ignored with since)")] = 30,
     since: Annotated[str | None, Query(description="ISO 8601 or an age: 24h, 7d")] = None,
@@ -32,6 +31,4 @@ def get_stats(
     now = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)).replace(second=0, microsecond=0)  # see trends
     end = parse_time(until, name="until") or now
     start = parse_time(since, name="since") or end - dt.timedelta(days=days)
-    if start >= end:
-        raise ValidationFailedError("since must be before until")
-    return ops.cached_stats(session, ctx=ctx, since=start, until=end, top=top)
+    return ops.trends(ctx, since=start, until=end, top=top)

@@ -8,10 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
-from app.api.deps import CtxDep, read_token, request_session
-from app.db import repo
-from app.db.models import utcnow
 from app.errors import AuthError, ForbiddenError
+from app.http.deps import CtxDep, read_token, request_session
+from app.service import tokens
 from app.web.pages import attach_session, browser_session, csrf_ok, render
 
 router = APIRouter(include_in_schema=False)
@@ -42,9 +41,9 @@ async def login(
         browser_session(request, ctx)
         err: AuthError | ForbiddenError = ForbiddenError("the sign-in form expired; try again")
         return render(request, ctx, "login.html", principal=None, next=target, error=err, status=403)
-    token_hash = repo.hash_token(token.strip())
+    token_hash = tokens.hash_token(token.strip())
     known = await asyncio.to_thread(read_token, ctx, token_hash)
-    if known is None or known.expired(utcnow()):
+    if known is None or known.expired(tokens.now()):
         err = AuthError("that token is unknown, revoked or expired")
         return render(request, ctx, "login.html", principal=None, next=target, error=err, status=401)
     expires = known.expires_at.timestamp() if known.expires_at else None

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
-from app.api.deps import CtxDep
 from app.errors import NotFoundError
+from app.http.deps import CtxDep
 from app.web.pages import static_url
 
 router = APIRouter(include_in_schema=False)

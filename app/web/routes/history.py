@@ -9,11 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import CtxDep
-from app.api.routes.common import base_url, parse_time
-from app.db import repo
 from app.engine.framework_names import FRAMEWORK_NAMES
 from app.errors import LogtriageError, UsageError, ValidationFailedError
+from app.http.deps import CtxDep
+from app.http.shared import base_url, parse_time
 from app.service import ops
 from app.web.pages import WebPrincipal, render, require_page
 
@@ -67,7 +66,7 @@ class Filters:
         return bool(self.query(limit=None))
 
 
-def _to_filter(f: Filters, token_id: int | None) -> repo.AnalysisFilter:
+def _to_filter(f: Filters, token_id: int | None) -> ops.AnalysisFilter:
     if f.kind and f.kind not in KINDS:
         raise ValidationFailedError(f"kind must be one of {', '.join(KINDS)}")
     if f.feedback not in ("", "yes", "no"):
@@ -76,7 +75,7 @@ def _to_filter(f: Filters, token_id: int | None) -> repo.AnalysisFilter:
     until = parse_time(f.until or None, name="until")
     if since and until and since >= until:
         raise ValidationFailedError("since must be before until")
-    return repo.AnalysisFilter(
+    return ops.AnalysisFilter(
         failure_class="unknown" if f.unknown else (f.failure_class or None),
         kind=f.kind or None,
         framework=f.framework or None,

@@ -6,20 +6,22 @@ import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from app.api.context import AppContext
-from app.api.deps import CtxDep
-from app.api.routes.common import base_url
-from app.db import repo
 from app.errors import AnalysisNotReadyError, ForbiddenError, ValidationFailedError
+from app.http.context import AppContext
+from app.http.deps import CtxDep, PrincipalDep
+from app.http.openapi import problems
+from app.http.shared import base_url
 from app.service import ops, present
-from app.service.access import Principal, check_can_read
+from app.service.access import Principal
 from app.web import report_view
 from app.web.pages import FormPrincipal, WebPrincipal, csrf_ok, render, require_page
 from app.web.timeline_view import timeline_view
 
 router = APIRouter(include_in_schema=False)
+# the report page is also the REST API's `report.html` (documented with the API's routes)
+api_router = APIRouter(prefix="/api/v1", tags=["analyses"])
 
 
 @router.get("/analyses/{analysis_id}")
@@ -27,6 +29,17 @@ async def report_page(
     analysis_id: str, request: Request, ctx: CtxDep, principal: WebPrincipal, feedback: str | None = None
 ) -> Response:
     return await render_report(request, ctx, principal, analysis_id=analysis_id, feedback=feedback)
+
+
+@api_router.get(
+    "/analyses/{analysis_id}/report.html",
+    summary="The report as HTML (the permalink)",
+    response_class=HTMLResponse,
+    responses=problems(401, 403, 404, 409),
+)
+async def report_html(analysis_id: str, request: Request, ctx: CtxDep, principal: PrincipalDep) -> Response:
+    await asyncio.to_thread(ops.check_readable, ctx, analysis_id=analysis_id, principal=principal, done=True)
+    return await render_report(request, ctx, principal, analysis_id=analysis_id)
 
 
 async def render_report(
@@ -105,8 +118,6 @@ async def feedback_form(
         raise ValidationFailedError("pick `correct` or `wrong`")
 
     def _store() -> None:
-        with ctx.db.read() as s:
-            check_can_read(principal, repo.get_analysis(s, analysis_id=analysis_id))
         ops.record_feedback(
             ctx,
             analysis_id=analysis_id,

@@ -3,33 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import CtxDep
-from app.db import repo
 from app.engine.library import LoadedRule
 from app.errors import NotFoundError
-from app.service import aggregates
+from app.http.deps import CtxDep
+from app.service import rules as rules_service
 from app.web.pages import WebPrincipal, render, require_page
 
 router = APIRouter(include_in_schema=False)
 FIXTURE_SHOWN_BYTES = 8 << 10
-
-
-def _windows() -> list[dt.datetime]:
-    # to the minute: the activity counts are cached per question (app.service.aggregates)
-    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
-    return [now - dt.timedelta(days=7), now - dt.timedelta(days=30)]
-
-
-def _activity(s: Any) -> dict[str, dict[str, list[int]]]:
-    since = _windows()
-    return aggregates.CACHE.get(s, ("rule_activity", *since), lambda: repo.rule_activity(s, since=since))
 
 
 def precision(fb: dict[str, int]) -> float | None:
@@ -50,11 +37,7 @@ async def rules_page(
     require_page(principal, "read", "the rule library")
     lib = ctx.library
 
-    def _read() -> tuple[dict[str, Any], dict[str, Any]]:
-        with ctx.db.read() as s:
-            return _activity(s), repo.rule_feedback(s)
-
-    activity, feedback = await asyncio.to_thread(_read)
+    activity, feedback = await asyncio.to_thread(rules_service.rules_field, ctx)
     words = [w.lower() for w in q.split()]
     rows = []
     for lr in sorted(lib.rules, key=lambda lr: (lr.rule.failure_class, lr.rule.id)):
@@ -145,23 +128,17 @@ async def rule_page(rule_id: str, request: Request, ctx: CtxDep, principal: WebP
         raise NotFoundError(f"no rule {rule_id!r} in library {ctx.library.version}; /rules lists them")
     r = lr.rule
 
-    def _read() -> tuple[Any, ...]:
-        with ctx.db.read() as s:
-            act = _activity(s).get(r.id, {"root": [0, 0], "any": [0, 0]})
-            fb = repo.rule_feedback(s, rule_id=r.id).get(r.id, {})
-            comments = repo.rule_comments(s, rule_id=r.id)
-            stored = [
-                {
-                    "version": v.version,
-                    "library_version": v.library_version,
-                    "first_seen_at": v.first_seen_at.isoformat()[:16].replace("T", " "),
-                    "sha": v.text_sha256[:12],
-                }
-                for v in repo.rule_versions(s, rule_id=r.id)
-            ]
-        return act, fb, comments, stored
-
-    act, fb, comments, stored = await asyncio.to_thread(_read)
+    field = await asyncio.to_thread(rules_service.rule_field, ctx, rule_id=r.id)
+    act, fb, comments = field.activity, field.feedback, field.comments
+    stored = [
+        {
+            "version": v.version,
+            "library_version": v.library_version,
+            "first_seen_at": v.first_seen_at.isoformat()[:16].replace("T", " "),
+            "sha": v.text_sha256[:12],
+        }
+        for v in await asyncio.to_thread(rules_service.stored_versions, ctx, rule_id=r.id)
+    ]
     signatures = [("main", r.match, r.confidence)] if r.match else []
     signatures += [(s.name, s, s.confidence) for s in r.signatures]
     return render(

@@ -9,9 +9,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.api.deps import CtxDep
-from app.api.routes.common import parse_time
 from app.errors import LogtriageError, ValidationFailedError
+from app.http.deps import CtxDep
+from app.http.shared import parse_time
 from app.service import ops
 from app.web import charts
 from app.web.pages import WebPrincipal, render, require_page

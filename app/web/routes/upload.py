@@ -10,11 +10,11 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from app.api.deps import CtxDep
-from app.api.routes.common import base_url
-from app.api.upload import CSRF_REFUSED, Upload, check_declared_length, intake_of, receive
 from app.engine.library import FRAMEWORKS
 from app.errors import ForbiddenError, LogtriageError
+from app.http.deps import CtxDep
+from app.http.shared import base_url
+from app.http.upload import CSRF_REFUSED, Upload, check_declared_length, intake_of, receive
 from app.service import ops
 from app.service.jobs import InputFile
 from app.service.spool import remove_tree, spool_path_for
@@ -29,10 +29,8 @@ def _page(
 ) -> Response:
     recent: list[dict[str, object]] = []
     if principal.allows("read"):
-        from app.db import repo
-
         recent, _ = ops.history(
-            ctx, filters=repo.AnalysisFilter(), limit=5, cursor=None, base=base_url(request, ctx)
+            ctx, filters=ops.AnalysisFilter(), limit=5, cursor=None, base=base_url(request, ctx)
         )
     return render(
         request,

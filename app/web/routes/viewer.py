@@ -16,9 +16,9 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from app.api.deps import CtxDep
-from app.api.routes.common import base_url
 from app.errors import NotFoundError
+from app.http.deps import CtxDep
+from app.http.shared import base_url
 from app.service import logview, present
 from app.web.pages import WebPrincipal, render
 

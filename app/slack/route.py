@@ -6,11 +6,16 @@ window) before any listener runs; a bad one is a 401 problem like every other re
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import APIRouter, Request, Response
 
-from app.api.deps import CtxDep
-from app.api.routes.common import base_url
 from app.errors import NotFoundError
+from app.http.deps import CtxDep
+from app.http.shared import base_url
+
+if TYPE_CHECKING:
+    from app.slack.bot import SlackBot
 
 router = APIRouter(include_in_schema=False)
 
@@ -22,7 +27,7 @@ NOT_CONFIGURED = (
 
 @router.post("/slack/events")
 async def slack_events(request: Request, ctx: CtxDep) -> Response:
-    bot = ctx.slack
+    bot: SlackBot | None = getattr(request.app.state, "slack_bot", None)  # set by the edge's start
     if bot is None or not ctx.settings.slack_http_enabled:
         raise NotFoundError(NOT_CONFIGURED)
     return await bot.handle(request, base=base_url(request, ctx))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -100,11 +101,14 @@ def wants_html(request: Request) -> bool:
     return "text/html" in request.headers.get("accept", "")
 
 
-def negotiated(request: Request, exc: LogtriageError, headers: dict[str, str] | None = None) -> Response:
-    if wants_html(request):
-        from app.web import errors as web_errors  # the web edge, loaded when a page fails
+HtmlErrorPage = Callable[[Request, LogtriageError, dict[str, str] | None], Response]
 
-        return web_errors.page_for(request, exc, headers=headers)
+
+def negotiated(request: Request, exc: LogtriageError, headers: dict[str, str] | None = None) -> Response:
+    # the web edge installs its error page (`app.state.html_error_page`); without it, problem+json
+    page: HtmlErrorPage | None = getattr(request.app.state, "html_error_page", None)
+    if page is not None and wants_html(request):
+        return page(request, exc, headers)
     return from_error(request, exc, headers=headers)
 
 
@@ -207,34 +211,9 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(PoolTimeoutError, on_database)  # no pooled connection came free in time
     app.add_exception_handler(OSError, on_storage)
 
-    from app.api.inputcheck import InputCheck  # control characters and header sizes, every route
+    from app.http.inputcheck import InputCheck  # control characters and header sizes, every route
 
     app.add_middleware(InputCheck)
-    _document_problems(app)
-
-
-def _document_problems(app: FastAPI) -> None:
-    """The OpenAPI document says what is sent: FastAPI documents its validation errors (422) as
-    `application/json` `HTTPValidationError`; they are problem+json documents here."""
-    build = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        from app.api.routes.common import PROBLEM_CONTENT
-
-        schema = build()
-        for item in schema.get("paths", {}).values():
-            for op in item.values():
-                responses = op.get("responses", {}) if isinstance(op, dict) else {}
-                error = responses.get("422")
-                if error is not None and "application/problem+json" not in error.get("content", {}):
-                    error["content"] = PROBLEM_CONTENT
-                    error["description"] = "Validation failed"
-        app.openapi_schema = schema
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def problem_catalogue() -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -19,15 +18,21 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
+from pydantic import BaseModel
 
-from app.api.deps import CtxDep
-from app.api.errors import PROBLEM_JSON, problem_body
-from app.api.schemas import Health
-from app.db.migrate import head_revision
 from app.errors import LogtriageError
+from app.http.deps import CtxDep
+from app.http.errors import PROBLEM_JSON, problem_body
+from app.service import readiness
 
 router = APIRouter(tags=["health"])
+
+
+class Health(BaseModel):
+    status: str
+    checks: dict[str, Any] = {}
+
+
 MIN_FREE_BYTES = 64 << 20  # less than this free on the data directory's disk: not ready
 READY_DEADLINE_S = 0.8  # /readyz answers within this (plus its own few ms)
 
@@ -80,33 +85,13 @@ def _probes(request: Request, ctx: Any) -> dict[str, Probe]:
     held: tuple[Any, dict[str, Probe]] | None = getattr(request.app.state, "ready_probes", None)
     if held is not None and held[0] is ctx:
         return held[1]
-    checks = _Checks(ctx)
     probes = {
-        "database": Probe("database", checks.database),
-        "disk": Probe("disk", checks.disk),
-        "blob_store": Probe("blob_store", checks.blob_store),
+        "database": Probe("database", lambda: readiness.database_schema(ctx)),
+        "disk": Probe("disk", lambda: readiness.disk_free(ctx)),
+        "blob_store": Probe("blob_store", lambda: readiness.blob_store_writable(ctx)),
     }
     request.app.state.ready_probes = (ctx, probes)
     return probes
-
-
-class _Checks:
-    def __init__(self, ctx: Any) -> None:
-        self.ctx = ctx
-
-    def database(self) -> tuple[str | None, str]:
-        from alembic.runtime.migration import MigrationContext
-
-        with self.ctx.db.engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-            current = MigrationContext.configure(conn).get_current_revision()
-        return current, head_revision()
-
-    def blob_store(self) -> None:
-        self.ctx.store.check_writable()
-
-    def disk(self) -> int:
-        return shutil.disk_usage(self.ctx.settings.data_dir).free
 
 
 @router.get(

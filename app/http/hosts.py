@@ -145,7 +145,7 @@ class HostCheck:
             return
         from fastapi.responses import JSONResponse
 
-        from app.api.errors import PROBLEM_JSON, problem_body
+        from app.http.errors import PROBLEM_JSON, problem_body
 
         body = problem_body(
             status=refusal.http_status,
@@ -184,8 +184,8 @@ async def _tokens_mode(settings: Settings, state: Any) -> bool:
     ctx = getattr(state, "ctx", None)
     if ctx is None:
         return False  # not started yet: as strict as open mode
-    from app.api.authcache import Miss
-    from app.api.deps import _read_tokens_exist
+    from app.http.authcache import Miss
+    from app.http.deps import _read_tokens_exist
 
     exist = ctx.auth.tokens_exist()
     if isinstance(exist, Miss):

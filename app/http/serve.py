@@ -17,7 +17,7 @@ Invariants:
   analyses (no short deadline) and exits. At most one slot is recycled at a time;
 - a worker is recycled when its RSS stays above its warm size by more than
   `worker_recycle_growth` for `worker_recycle_after_s`: what a burst leaves behind that the
-  allocator trim (app.api.memory) cannot give back;
+  allocator trim (app.http.memory) cannot give back;
 - the supervisor forwards SIGINT/SIGTERM, restarts a worker that dies, and gives up when a
   worker keeps dying at start.
 """
@@ -37,8 +37,8 @@ from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from app.api.healthport import STALL_S, HealthServer, Heartbeats, WorkerState
 from app.errors import ServiceUnavailableError
+from app.http.healthport import STALL_S, HealthServer, Heartbeats, WorkerState
 
 if TYPE_CHECKING:
     from ctypes import Array, c_double
@@ -71,7 +71,7 @@ def supervised() -> bool:
 
 
 def beat() -> None:
-    """Stamp this worker's heartbeat: its event loop is turning (`app.api.healthport`)."""
+    """Stamp this worker's heartbeat: its event loop is turning (`app.http.healthport`)."""
     if _beats is not None:
         _beats[0].beat(_beats[1])
 
@@ -104,7 +104,7 @@ def _worker(
 ) -> None:
     import uvicorn
 
-    from app.api.protocol import uvicorn_http
+    from app.http.protocol import uvicorn_http
     from app.settings import get_settings
 
     global _warm, _beats
@@ -112,7 +112,7 @@ def _worker(
     _beats = (Heartbeats(beats), slot)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     config = uvicorn.Config(
-        "app.api.main:create_app",
+        "app.asgi:create_app",
         factory=True,
         log_level=log_level,
         proxy_headers=True,

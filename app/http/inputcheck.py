@@ -4,7 +4,7 @@
   no filter, metadata field or search takes them, and PostgreSQL refuses NUL in text (a NUL in
   any string filter used to be a 500 there). In the path they are a 404 (nothing is named so).
 - **Header size**: more than `MAX_HEADER_BYTES` of headers or `MAX_HEADERS` fields is a 431.
-  `BoundedHttpToolsProtocol` (app/api/protocol.py) refuses them while parsing, before they are
+  `BoundedHttpToolsProtocol` (app/http/protocol.py) refuses them while parsing, before they are
   held in memory; this check answers the same for a server started without it.
 """
 
@@ -69,7 +69,7 @@ class InputCheck:
         if scope["type"] == "http":
             problem = header_problem(scope) or control_problem(scope)
             if problem is not None:
-                from app.api.errors import negotiated
+                from app.http.errors import negotiated
 
                 response: Any = negotiated(Request(scope), problem)
                 if problem.http_status == 431:

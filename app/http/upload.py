@@ -11,7 +11,7 @@ Bytes are hashed while they are written (in a worker thread, 1 MiB at a time) an
 against the upload limit and the temporary-disk limit, which end the request with 413 as soon as
 one is crossed. A body that sends nothing for `LOGTRIAGE_BODY_TIMEOUT` seconds, or that averages
 less than `LOGTRIAGE_MIN_BODY_RATE` bytes/s over a `LOGTRIAGE_BODY_RATE_WINDOW`, ends it with 408.
-A full disk while spooling is a 507 (`app.api.errors`); the route removes the spool either way.
+A full disk while spooling is a 507 (`app.http.errors`); the route removes the spool either way.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from fastapi import Request
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 
-from app.db.repo import JobMeta
 from app.engine.archive import ARCHIVE_HEAD, check_not_archive
 from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
 from app.errors import (
@@ -44,6 +43,7 @@ from app.errors import (
     ValidationFailedError,
 )
 from app.service.jobs import InputFile, ScanJob
+from app.service.metadata import JobMeta
 from app.service.spool import mark_aborted, mark_done
 
 # called once a raw body has spooled its first MiB: the caller may start analysing it then
@@ -705,7 +705,7 @@ def _redacted_name(f: InputFile) -> InputFile:
 def intake_of(upload: Upload, *, query: dict[str, Any], labels: list[str], source: str) -> Intake:
     """Metadata from the query and the form fields (a field wins), validated; every edge that
     receives an upload (REST, web form) builds its job here."""
-    from app.api.schemas import parse_labels, validate_metadata
+    from app.service.metadata import parse_labels, validate_metadata
 
     fields = upload.fields
     data: dict[str, Any] = {**query, "source": source}

@@ -16,29 +16,15 @@ or revoked without the database, so nothing newer is being missed.
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from app.service.tokens import KnownToken
 
 STALE_IF_ERROR_S = 300.0  # the oldest lookup used while the database cannot answer
 OUTAGE_HOLD_S = 5.0  # after a failed read, use a stale lookup without asking for this long
 MAX_ENTRIES = 10_000  # unknown secrets are remembered too; a flood of them must not grow memory
-
-
-@dataclass(frozen=True)
-class KnownToken:
-    """A token row as authentication needs it (detached from any session)."""
-
-    id: int
-    name: str
-    scopes: frozenset[str]
-    token_hash: str
-    expires_at: dt.datetime | None
-
-    def expired(self, now: dt.datetime) -> bool:
-        return self.expires_at is not None and self.expires_at <= now
 
 
 class Miss:

@@ -4,7 +4,7 @@ httptools (llhttp) sets no limit on headers: a client could send megabytes of he
 all held in memory and then handed to the app. Here the head (request line and headers) may
 take at most `MAX_HEADER_BYTES` and `MAX_HEADERS` fields; past either, the connection gets a
 clean `431` problem+json and is closed (not reset), before anything reaches the app. Malformed
-requests keep uvicorn's own `400`. `app.api.inputcheck` checks the same sizes in the app, for a
+requests keep uvicorn's own `400`. `app.http.inputcheck` checks the same sizes in the app, for a
 server started without this class.
 
 Slow and hostile clients (issue 20):
@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-from app.api.inputcheck import MAX_HEADER_BYTES, MAX_HEADERS
 from app.errors import (
     HeaderFieldsTooLargeError,
     LogtriageError,
@@ -42,6 +41,7 @@ from app.errors import (
     ServiceUnavailableError,
     TooManyConnectionsError,
 )
+from app.http.inputcheck import MAX_HEADER_BYTES, MAX_HEADERS
 
 if TYPE_CHECKING:
     from app.settings import Settings

@@ -1,18 +1,19 @@
-"""Helpers shared by the routes."""
+"""What the REST and web edges both read from a request: the base of absolute links, time
+parameters (`since`, `until`) and the `Content-Disposition` of a file they send."""
 
 from __future__ import annotations
 
 import datetime as dt
 import re
 import unicodedata
-from typing import Any
 from urllib.parse import quote
 
 from fastapi import Request
 
-from app.api.context import AppContext
-from app.api.schemas import Problem
 from app.errors import ValidationFailedError
+from app.http.context import AppContext
+
+__all__ = ["base_url", "content_disposition", "parse_time"]
 
 _REL = re.compile(r"^(\d+)\s*([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -23,8 +24,8 @@ MAX_TIME = dt.datetime(9999, 12, 30, tzinfo=dt.UTC)
 
 def base_url(request: Request, ctx: AppContext) -> str:
     """The base of absolute links: LOGTRIAGE_PUBLIC_URL, else the request's own when its Host is
-    trusted (app.api.hosts), else "" (links stay relative: a Host never steers where they point)."""
-    from app.api.hosts import link_base
+    trusted (app.http.hosts), else "" (links stay relative: a Host never steers where they point)."""
+    from app.http.hosts import link_base
 
     return link_base(request.scope, ctx.settings, str(request.base_url))
 
@@ -69,26 +70,3 @@ def content_disposition(name: str, disposition: str = "inline") -> str:
         fallback = "log.txt"
     encoded = quote(name.encode("utf-8", "replace"), safe="")
     return f"{disposition}; filename=\"{fallback[:150]}\"; filename*=UTF-8''{encoded}"
-
-
-PROBLEM_CONTENT = {"application/problem+json": {"schema": Problem.model_json_schema()}}
-
-
-def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
-    texts = {
-        400: "Unreadable input",
-        401: "No or invalid token",
-        403: "Token lacks the scope",
-        404: "Not found",
-        408: "The request body stalled (`LOGTRIAGE_BODY_TIMEOUT`)",
-        409: "Conflict (analysis not ready, request in progress)",
-        413: "Upload or log too large, a compression bomb, or over the temporary disk allowed",
-        415: "Unsupported media type or encoding",
-        416: "Range not satisfiable",
-        422: "Validation failed",
-        429: "This client's share of the analysis backlog is taken; retry after `Retry-After`",
-        431: "Request headers too large",
-        503: "Service unavailable (backlog full, database down); retry after `Retry-After`",
-        507: "The server's disk is full; nothing was stored; retry after `Retry-After`",
-    }
-    return {c: {"description": texts.get(c, "Error"), "content": PROBLEM_CONTENT} for c in codes}

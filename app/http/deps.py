@@ -23,14 +23,14 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session
 
-from app.api import authcache
-from app.api.authcache import KnownToken, Miss
-from app.api.context import AppContext
-from app.db import repo
-from app.db.models import utcnow
 from app.errors import AuthError, ForbiddenError
+from app.http import authcache
+from app.http.authcache import Miss
+from app.http.context import AppContext
+from app.http.session import COOKIE, CSRF_HEADER, BrowserSession
+from app.service import tokens
 from app.service.access import ALL_SCOPES, Principal
-from app.web.session import COOKIE, CSRF_HEADER, BrowserSession
+from app.service.tokens import KnownToken
 
 T = TypeVar("T")
 log = logging.getLogger("logtriage.api")
@@ -109,7 +109,7 @@ def _check_same_origin(request: Request) -> None:
 
 async def _read(ctx: AppContext, read: Callable[[], T], stale: T | Miss) -> T:
     """`read()` in a thread; while the database cannot answer, the stale answer if there is one
-    (see app.api.authcache)."""
+    (see app.http.authcache)."""
     if not isinstance(stale, Miss) and (
         ctx.auth.in_outage() or ctx.db.connect_failed_within(authcache.OUTAGE_HOLD_S)
     ):
@@ -151,16 +151,16 @@ async def principal_of(
     and itself checks the form's `csrf_token` field (`app.web.pages.csrf_ok`, the same
     constant-time check); a signed-in browser that sends no CSRF header is then let through
     to that check. A header that is sent must be right, here."""
-    # async, and the database only on a cache miss (see app.api.authcache): most requests
+    # async, and the database only on a cache miss (see app.http.authcache): most requests
     # authenticate without a thread hop or a transaction
     secret = _secret(bearer, request)
     if secret:
-        token_hash = repo.hash_token(secret)
+        token_hash = tokens.hash_token(secret)
         known = await _resolve(ctx, token_hash)
-        if known is None or known.expired(utcnow()):
+        if known is None or known.expired(tokens.now()):
             raise AuthError("invalid, revoked or expired API token")
         if (
-            repo.touch_due(token_hash)
+            tokens.touch_due(token_hash)
             and not ctx.auth.in_outage()
             and not ctx.db.connect_failed_within(authcache.OUTAGE_HOLD_S)
         ):
@@ -176,7 +176,7 @@ async def principal_of(
     if session is not None and session.signed_in:
         assert session.token_hash is not None
         known = await _resolve(ctx, session.token_hash)
-        if known is None or known.expired(utcnow()):
+        if known is None or known.expired(tokens.now()):
             raise AuthError("your sign-in has ended (the token was revoked or expired); sign in again")
         header = request.headers.get(CSRF_HEADER)
         if unsafe and not ctx.sessions.csrf_ok(session, header) and not (csrf_in_form and header is None):
@@ -201,27 +201,19 @@ async def principal_of(
 
 
 def read_token(ctx: AppContext, token_hash: str) -> KnownToken | None:
-    with ctx.db.read() as s:
-        row = repo.token_by_hash(s, token_hash=token_hash)
-    known = None
-    if row is not None:
-        known = KnownToken(
-            id=row.id, name=row.name, scopes=row.scope_set, token_hash=token_hash, expires_at=row.expires_at
-        )
+    known = tokens.lookup(ctx, token_hash=token_hash)
     ctx.auth.remember_token(token_hash, known)
     return known
 
 
 def _read_tokens_exist(ctx: AppContext) -> bool:
-    with ctx.db.read() as s:
-        exist = repo.any_active_token(s)
+    exist = tokens.any_active(ctx)
     ctx.auth.remember_tokens_exist(exist)
     return exist
 
 
 def _touch(ctx: AppContext, token: KnownToken) -> None:
-    with ctx.db.write() as s:
-        repo.touch_token(s, token_id=token.id, token_hash=token.token_hash)
+    tokens.touch(ctx, token=token)
 
 
 PrincipalDep = Annotated[Principal, Depends(authenticate)]

@@ -1,0 +1,56 @@
+"""Telling people about analyses: the interface the service offers the edges, whoever delivers.
+
+The REST API takes `notify=<channel>` on an upload and re-triage refreshes what was posted; the
+Slack edge is what delivers today. The REST edge must not import the Slack edge (edges are
+peers), so both meet here: the Slack bot registers itself as the context's `notifier` when it
+starts, and the REST routes call these functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Protocol
+
+from app.errors import ValidationFailedError
+
+if TYPE_CHECKING:
+    from app.service.context import ServiceContext
+
+__all__ = ["Notifier", "announce_change", "check_channel", "notify_later"]
+
+
+class Notifier(Protocol):
+    def valid_channel(self, channel: str) -> str | None:
+        """None when `channel` can be posted to, else why not."""
+
+    def notify_later(
+        self, *, analysis_id: str, channel: str, base: str, pending: asyncio.Task[Any] | None
+    ) -> None:
+        """Post the analysis to `channel` once it is done (after the answer to the upload)."""
+
+    def analysis_changed(self, *, analysis_id: str, base: str, note: str) -> None:
+        """Update what was posted about the analysis (it was re-triaged)."""
+
+
+def check_channel(ctx: ServiceContext, *, channel: str) -> None:
+    """A 422 before anything is stored when `notify=` cannot be honoured."""
+    if ctx.notifier is None:
+        raise ValidationFailedError(
+            "notify: the Slack bot is not configured on this server (set LOGTRIAGE_SLACK_BOT_TOKEN; "
+            "docs/slack.md)"
+        )
+    why = ctx.notifier.valid_channel(channel)
+    if why is not None:
+        raise ValidationFailedError(f"notify: {why}")
+
+
+def notify_later(
+    ctx: ServiceContext, *, analysis_id: str, channel: str, base: str, pending: asyncio.Task[Any] | None
+) -> None:
+    if ctx.notifier is not None:
+        ctx.notifier.notify_later(analysis_id=analysis_id, channel=channel, base=base, pending=pending)
+
+
+def announce_change(ctx: ServiceContext, *, analysis_id: str, base: str, note: str) -> None:
+    if ctx.notifier is not None:
+        ctx.notifier.analysis_changed(analysis_id=analysis_id, base=base, note=note)
