@@ -469,7 +469,7 @@ def test_tokens_are_found_by_hash_not_compared(world: World) -> None:
     import inspect
 
     from app.http import deps
-    from app.web import session
+    from app.http import session
 
     src = inspect.getsource(deps.principal_of) + inspect.getsource(deps.read_token)  # authenticate's body
     assert "hash_token(secret)" in src and "== secret" not in src

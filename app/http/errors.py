@@ -211,10 +211,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(PoolTimeoutError, on_database)  # no pooled connection came free in time
     app.add_exception_handler(OSError, on_storage)
 
-    from app.http.inputcheck import InputCheck  # control characters and header sizes, every route
-
-    app.add_middleware(InputCheck)
-
 
 def problem_catalogue() -> list[dict[str, Any]]:
     out = []

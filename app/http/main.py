@@ -30,6 +30,7 @@ from app.http.authcache import AuthCache
 from app.http.context import AppContext
 from app.http.edge import Closer, Edge
 from app.http.hosts import HostCheck
+from app.http.inputcheck import InputCheck
 from app.http.security import SecurityHeaders
 from app.http.serve import beat, drain_seconds, notify_warm, supervised
 from app.http.session import SessionCodec, load_secret
@@ -164,6 +165,7 @@ def build_app(settings: Settings | None = None, *, edges: Sequence[Edge] = ()) -
     accesslog.install()
     app.add_middleware(HostCheck)  # inside errors.install's InputCheck: a 431 comes before a 400
     errors.install(app)
+    app.add_middleware(InputCheck)  # control characters and header sizes, every route
     openapi.document_problems(app)
     app.add_middleware(SecurityHeaders)  # the outer one: a refused Host's answer has them too
     app.include_router(health.router)

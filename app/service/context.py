@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from app.blobstore import BlobStore
 from app.db.session import Database
@@ -12,8 +13,20 @@ from app.service.analyses import AnalysisService
 from app.service.pool import ScanPool
 from app.settings import Settings
 
-if TYPE_CHECKING:
-    from app.service.notify import Notifier
+
+class Notifier(Protocol):
+    """Who tells people about analyses (`app.service.notify`); the Slack bot is one."""
+
+    def valid_channel(self, channel: str) -> str | None:
+        """None when `channel` can be posted to, else why not."""
+
+    def notify_later(
+        self, *, analysis_id: str, channel: str, base: str, pending: asyncio.Task[Any] | None
+    ) -> None:
+        """Post the analysis to `channel` once it is done (after the answer to the upload)."""
+
+    def analysis_changed(self, *, analysis_id: str, base: str, note: str) -> None:
+        """Update what was posted about the analysis (it was re-triaged)."""
 
 
 @dataclass(kw_only=True)

@@ -9,27 +9,12 @@ starts, and the REST routes call these functions.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from app.errors import ValidationFailedError
-
-if TYPE_CHECKING:
-    from app.service.context import ServiceContext
+from app.service.context import Notifier, ServiceContext
 
 __all__ = ["Notifier", "announce_change", "check_channel", "notify_later"]
-
-
-class Notifier(Protocol):
-    def valid_channel(self, channel: str) -> str | None:
-        """None when `channel` can be posted to, else why not."""
-
-    def notify_later(
-        self, *, analysis_id: str, channel: str, base: str, pending: asyncio.Task[Any] | None
-    ) -> None:
-        """Post the analysis to `channel` once it is done (after the answer to the upload)."""
-
-    def analysis_changed(self, *, analysis_id: str, base: str, note: str) -> None:
-        """Update what was posted about the analysis (it was re-triaged)."""
 
 
 def check_channel(ctx: ServiceContext, *, channel: str) -> None:
