@@ -468,8 +468,7 @@ def test_tokens_are_found_by_hash_not_compared(world: World) -> None:
     token; only the hash is stored. (Session cookies and CSRF tokens use hmac.compare_digest.)"""
     import inspect
 
-    from app.http import deps
-    from app.http import session
+    from app.http import deps, session
 
     src = inspect.getsource(deps.principal_of) + inspect.getsource(deps.read_token)  # authenticate's body
     assert "hash_token(secret)" in src and "== secret" not in src

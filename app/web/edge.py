@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 import markupsafe
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
@@ -17,18 +17,45 @@ from app.http.context import AppContext
 from app.http.edge import Edge
 from app.render.html import inline, markdown_block
 from app.web.pages import STATIC_DIR
+from app.web.routes import auth, docs, history, report, rules, trends, upload, viewer
 
-__all__ = ["TEMPLATES", "compile_templates", "edge", "make_templates"]
+__all__ = ["PAGES", "TEMPLATES", "Page", "compile_templates", "edge", "make_templates", "nav_items"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-# each module has a `router`; order matters only where paths overlap
-PAGES = ("upload", "history", "report", "viewer", "rules", "trends", "auth", "docs")
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page module of `app/web/routes/`: what it serves and where the main nav links to it.
+    The browser tests cover every page listed here (`tests/web/test_browser_pages.py`)."""
+
+    name: str  # the module app/web/routes/<name>.py and the nav key templates mark current
+    router: APIRouter
+    nav: tuple[int, str, str] | None = None  # (position, link, label) in the main navigation
+
+
+# order matters only where paths overlap
+PAGES: tuple[Page, ...] = (
+    Page("upload", upload.router, nav=(0, "/", "Triage a log")),
+    Page("history", history.router, nav=(1, "/analyses", "History")),
+    Page("report", report.router),
+    Page("viewer", viewer.router),
+    Page("rules", rules.router, nav=(3, "/rules", "Rules")),
+    Page("trends", trends.router, nav=(2, "/trends", "Trends")),
+    Page("auth", auth.router),
+    Page("docs", docs.router),
+)
+
+
+def nav_items() -> list[tuple[str, str, str]]:
+    """(link, label, key) of the main navigation, in order."""
+    placed = sorted((p.nav, p.name) for p in PAGES if p.nav is not None)
+    return [(link, label, name) for (_, link, label), name in placed]
 
 
 def edge() -> Edge:
-    from app.web.routes.report import api_router
-
-    routers = (*(importlib.import_module(f"app.web.routes.{name}").router for name in PAGES), api_router)
+    # the report page is also the REST API's report.html (documented with the API)
+    routers = (*(p.router for p in PAGES), report.api_router)
     return Edge(name="web", routers=routers, install=_install, warm=_warm)
 
 
@@ -59,6 +86,7 @@ def make_templates() -> jinja2.Environment:
     )
     env.filters["inline_md"] = inline_md
     env.filters["md"] = markdown_block
+    env.globals["nav_items"] = nav_items()
     return env
 
 

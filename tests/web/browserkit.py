@@ -320,11 +320,3 @@ def submit(
 
 def example_upload() -> list[tuple[str, str | bytes]]:
     return [(p.name, p.read_bytes()) for p in example_files()]
-
-
-def page_built(name: str) -> bool:
-    """Whether the web module app/web/routes/NAME.py exists and is installed: a page that is
-    built must work in the tests; one that is not yet is left out (or its test skipped)."""
-    from app.web import routes
-
-    return name in routes.PAGES and (ROOT / "app" / "web" / "routes" / f"{name}.py").exists()

@@ -17,7 +17,6 @@ from tests.web.browserkit import (
     Web,
     example_upload,
     expect,
-    page_built,
     submit,
 )
 
@@ -38,9 +37,6 @@ def rows(page: Any) -> Any:
     return page.locator("table.data tbody tr")
 
 
-@pytest.mark.skipif(
-    not page_built("history"), reason="history page not built yet (app/web/routes/history.py)"
-)
 def test_history_filters_make_a_url_that_shares_the_view(
     web: Web, server: LiveServer, history: dict[str, str]
 ) -> None:
@@ -80,7 +76,6 @@ def test_history_filters_make_a_url_that_shares_the_view(
     expect(page.locator("main h1")).to_have_text("No known failure matched")
 
 
-@pytest.mark.skipif(not page_built("rules"), reason="rule pages not built yet (app/web/routes/rules.py)")
 def test_a_rule_page_from_the_report_counts_and_links_its_analyses(
     web: Web, server: LiveServer, history: dict[str, str]
 ) -> None:
@@ -106,7 +101,6 @@ def test_a_rule_page_from_the_report_counts_and_links_its_analyses(
     expect(row).to_contain_text("1 / 1")
 
 
-@pytest.mark.skipif(not page_built("trends"), reason="trends page not built yet (app/web/routes/trends.py)")
 def test_trends_render_and_link_to_the_history_they_summarise(
     web: Web, server: LiveServer, history: dict[str, str]
 ) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.servicekit import LiveServer
-from tests.web.browserkit import ECC_CLASS, Web, example_upload, expect, page_built, submit
+from tests.web.browserkit import ECC_CLASS, Web, example_upload, expect, submit
 
 pytestmark = pytest.mark.browser
 
@@ -53,21 +53,18 @@ def test_feedback_is_stored_shown_and_counted(web: Web, server: LiveServer, ecc:
     stored = page.request.get(f"/api/v1/analyses/{aid}").json()["feedback"]
     assert sorted(f["verdict"] for f in stored) == ["correct", "wrong"]
 
-    if page_built("rules"):
-        # the rule's page counts the answers and gives its precision from them (1 of 2 right)
-        page.goto(f"/rules/{rule_id}")
-        main = page.locator("main")
-        expect(main).to_contain_text(rule_id)
-        expect(main).to_contain_text(re.compile(r"precision", re.I))
-        expect(main).to_contain_text(re.compile(r"50\s*%|0\.50|1\s*(of|/)\s*2"))
+    # the rule's page counts the answers and gives its precision from them (1 of 2 right)
+    page.goto(f"/rules/{rule_id}")
+    main = page.locator("main")
+    expect(main).to_contain_text(rule_id)
+    expect(main).to_contain_text(re.compile(r"precision", re.I))
+    expect(main).to_contain_text(re.compile(r"50\s*%|0\.50|1\s*(of|/)\s*2"))
 
 
 def test_an_evidence_line_opens_the_viewer_at_that_line(
     web: Web, server: LiveServer, ecc: dict[str, Any]
 ) -> None:
     aid = ecc["id"]
-    if not page_built("viewer"):
-        pytest.skip("viewer not built yet (app/web/routes/viewer.py)")
     evidence = ecc["root_cause"]["evidence"][0]
     page, _ = web.page(server.url)
     page.goto(f"/analyses/{aid}")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.servicekit import LiveServer
-from tests.web.browserkit import ECC_CLASS, Web, expect, expect_report, page_built, submit
+from tests.web.browserkit import ECC_CLASS, Web, expect, expect_report, submit
 
 pytestmark = pytest.mark.browser
 
@@ -85,7 +85,7 @@ def pages_of(site: LiveServer, res: dict[str, Any]) -> dict[str, tuple[str, list
         "report": (f"/analyses/{aid}", [SCRIPT, JOB_ID, SVG, FILE_NAME, JS_URL]),
         "upload (recent analyses)": ("/", [JOB_ID]),
     }
-    optional = {
+    by_page = {
         "viewer": [
             ("viewer", f"/analyses/{aid}/files/0", [SCRIPT, IMG, MD_LINK]),
             ("viewer at the NCCL line", f"/analyses/{aid}/files/0?line=4#L4", [MD_LINK, SVG]),
@@ -96,9 +96,8 @@ def pages_of(site: LiveServer, res: dict[str, Any]) -> dict[str, tuple[str, list
         ],
         "rules": [("rule", f"/rules/{res['root_cause']['rule_id']}", [])],
     }
-    for module, entries in optional.items():
-        if page_built(module):
-            pages.update({name: (path, shows) for name, path, shows in entries})
+    for entries in by_page.values():
+        pages.update({name: (path, shows) for name, path, shows in entries})
     return pages
 
 
