@@ -6,51 +6,35 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.engine.models import Finding, FrameworkInfo
-from app.http.openapi import Problem
-from app.service.metadata import CONTROL_IN_TEXT, JobMetadata, Source, no_control
+from app.service.contracts import (
+    AnalysisPage,
+    AnalysisResource,
+    AnalysisSummary,
+    FeedbackOut,
+    FileInfo,
+    Links,
+    RecurrenceInfo,
+    RetriageChanges,
+    SuspectHostInfo,
+)
+from app.service.metadata import CONTROL_IN_TEXT, no_control
 
-
-class Links(BaseModel):
-    self_: str = Field(alias="self")
-    report_md: str
-    report_html: str
-    log: str
-    feedback: str
-    retriage: str
-    duplicate_of: str | None = None
-
-    model_config = ConfigDict(populate_by_name=True)
-
-
-class FileInfo(BaseModel):
-    name: str
-    size: int
-    sha256: str
-    url: str
-
-
-class RecurrenceInfo(BaseModel):
-    fingerprint: str
-    total: int
-    in_window: int
-    window_days: int
-    first_seen: str
-    first_analysis_id: str | None = Field(description="None for a token without `read` (not its analysis).")
-    last_seen: str
-    jobs: int
-    hosts: int
-    summary: str = Field(examples=["seen 14 times in 7 days (21 in all), first on 2025-05-01"])
-
-
-class SuspectHostInfo(BaseModel):
-    host: str
-    failures: int
-    jobs: int
-    classes: list[str]
-    first_seen: str
-    last_seen: str
-    latest_analysis_id: str | None = Field(description="None for a token without `read`.")
+__all__ = [  # the service's resource contracts, which the REST API documents
+    "AnalysisPage",
+    "AnalysisResource",
+    "AnalysisSummary",
+    "FeedbackIn",
+    "FeedbackOut",
+    "FileInfo",
+    "LibraryInfo",
+    "Links",
+    "RecurrenceInfo",
+    "RetriageChanges",
+    "RetriageOut",
+    "RuleDetail",
+    "RuleSummary",
+    "SuspectHostInfo",
+]
 
 
 class FeedbackIn(BaseModel):
@@ -71,78 +55,6 @@ class FeedbackIn(BaseModel):
     @classmethod
     def _comment(cls, v: str | None) -> str | None:
         return v if v is None else no_control(v, "value", CONTROL_IN_TEXT)
-
-
-class FeedbackOut(BaseModel):
-    id: int
-    analysis_id: str
-    created_at: str
-    verdict: str
-    correct_class: str | None
-    comment: str | None
-
-
-class AnalysisResource(BaseModel):
-    """An analysis: the CLI's JSON contract (when done) plus id, status, metadata and links."""
-
-    id: str
-    status: Literal["pending", "done", "failed"]
-    created_at: str
-    finished_at: str | None
-    source: Source
-    metadata: JobMetadata
-    links: Links
-    permalink: str
-    files: list[FileInfo]
-    config: dict[str, Any] | None = None
-    duplicate_of: str | None = None
-    recurrence: RecurrenceInfo | None = None
-    suspect_hosts: list[SuspectHostInfo] = []
-    feedback: list[FeedbackOut] = []
-    retriaged_at: str | None = None
-    error: Problem | None = None
-    # the Analysis contract (present once status is `done`)
-    library_version: str | None = None
-    framework: FrameworkInfo | None = None
-    root_cause: Finding | None = None
-    findings: list[Finding] | None = None
-    next_steps: list[str] | None = None
-    warnings: list[str] | None = None
-    config_diff: str | None = None
-    stats: dict[str, Any] | None = None
-
-
-class AnalysisSummary(BaseModel):
-    id: str
-    status: str
-    created_at: str
-    source: str
-    metadata: JobMetadata
-    failure_class: str | None
-    kind: str | None
-    rule_id: str | None
-    title: str | None
-    confidence: float | None
-    framework: str | None
-    library_version: str | None
-    fingerprint: str | None
-    duplicate_of: str | None
-    links: dict[str, str]
-
-
-class AnalysisPage(BaseModel):
-    items: list[AnalysisSummary]
-    next_cursor: str | None
-    links: dict[str, str | None]
-
-
-class RetriageChanges(BaseModel):
-    changed: bool
-    root_cause_changed: bool
-    before: dict[str, Any]
-    after: dict[str, Any]
-    added_rules: list[str]
-    removed_rules: list[str]
 
 
 class RetriageOut(BaseModel):

@@ -6,20 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI
-from pydantic import BaseModel, Field
+
+from app.service.contracts import Problem
 
 __all__ = ["PROBLEM_CONTENT", "Problem", "document_problems", "problems"]
-
-
-class Problem(BaseModel):
-    """RFC 9457 problem details (`application/problem+json`)."""
-
-    type: str = Field(examples=["/problems/not-found"])
-    title: str
-    status: int
-    detail: str
-    instance: str | None = None
-    errors: list[dict[str, Any]] | None = None
 
 
 PROBLEM_CONTENT = {"application/problem+json": {"schema": Problem.model_json_schema()}}
