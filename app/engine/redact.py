@@ -187,10 +187,10 @@ def _sub_secret(kind: str, rx: regex.Pattern[str], text: str, counts: Counter[st
 # Made-up values that a regex cannot tell from a secret, judged once a rule has matched (so only
 # on the few lines that hold a candidate). A value made of repeated characters only (`xxx:yyy`,
 # `0000-0000`) or holding a word that says "fill me in" (`RANDOMSTRINGHERE`, `changeme`); a vendor
-# token whose body is mostly fill (`AIzaaaaa...`, `sgp_...aaaaaaaaaaaa`, `GR1348941123123123...`);
+# token whose body is mostly runs of one character (`AIzaaaaa...`, `sgp_55555dAAAAA...aaaaaaaa`);
 # after a credential's name, another name (`secretKey: api-key`, `token = "telegram_api_token"`:
 # letters only, a reference to where the secret is) or a command substitution
-# (`KEY=`etcdctl get k``). A random secret is mostly fill, or holds a given 6-letter word, with a
+# (`KEY=`etcdctl get k``). A random secret is mostly such runs, or holds a given 6-letter word, with a
 # probability under 1e-7. Fill in a generic assignment (`ageToken = "AGE-SECRET-KEY-1QQQ..."`)
 # stays redacted: a name that says "token" vouches for its value more than its shape does.
 # Base64 bodies are never judged (zero bytes encode as `AAAA...`), nor whole headers or URLs.
@@ -211,17 +211,19 @@ _NEVER_MADE_UP = frozenset(
     }
 )
 # rules whose value is free text after a credential's name
-_NAMED_VALUE = frozenset({"secret-assignment", "config-key-value", "secret-flag", "cli-password", "user-password"})
+_NAMED_VALUE = frozenset(
+    {"secret-assignment", "config-key-value", "secret-flag", "cli-password", "user-password"}
+)
 _SEGMENT = regex.compile(r"[A-Za-z0-9]+")
-_FILL = regex.compile(r"(.)\1{3,}|(..)\2{5,}|(...)\3{3,}|(....)\4{2,}")
+_FILL = regex.compile(r"(.)\1{3,}")
 _FILL_WORD = regex.compile(r"(?i)placeholder|changeme|dummy|random")
 _NAME = regex.compile(r"(?i)[a-z]+(?:[_.:-][a-z]+)*:?")
 _CRED_WORD = regex.compile(r"(?i)secret|token|api[_-]?key|credential")
 
 
 def _mostly_fill(body: str) -> bool:
-    filled = sum(m.end() - m.start() for m in _FILL.finditer(body))
-    return filled >= 8 and 2 * filled >= len(body)
+    filled = sum(len(m.group(0)) for m in _FILL.finditer(body))
+    return bool(filled >= 8 and 2 * filled >= len(body))
 
 
 def _not_a_secret(kind: str, m: regex.Match[str]) -> bool:
