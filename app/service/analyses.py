@@ -249,7 +249,8 @@ class AnalysisService:
             ticket.release()
             return
         if not ticket.running:
-            scan.cancel()  # still waiting for its turn: no worker has it (its `finally` frees the place)
+            scan.cancel()  # still waiting for its turn: no worker has it
+            ticket.release()  # (a task cancelled before its first step never runs its `finally`)
         if not scan.done():
             self._unneeded_scans.add(scan)
         scan.add_done_callback(self._discard_outcome)
