@@ -88,9 +88,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return float(t.user + t.system + t.children_user + t.children_system)
+
+
 class RssSampler:
     """Peak RSS of the server process alone, of its largest child (the scan worker that analyses
-    a big upload), and of the server with all its children."""
+    a big upload), and of the server with all its children; and the CPU seconds each of them
+    spent (user + system, reaped children included) between `mark()` and `cpu()`: the scan
+    workers live as long as the server, so two looks suffice."""
 
     def __init__(self, pid: int, interval: float = 0.02) -> None:
         self.proc = psutil.Process(pid)
@@ -98,8 +105,32 @@ class RssSampler:
         self.peak_server = 0
         self.peak_total = 0
         self.peak_child = 0
+        self._cpu: dict[int, float] = {}  # last CPU seen per process
+        self._base: dict[int, float] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample_cpu(self) -> None:
+        with self._lock:
+            with contextlib.suppress(psutil.Error):
+                self._cpu[self.proc.pid] = _cpu_s(self.proc)
+            for child in self.proc.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    self._cpu[child.pid] = _cpu_s(child)
+
+    def mark(self) -> None:
+        self._sample_cpu()
+        with self._lock:
+            self._base = dict(self._cpu)
+
+    def cpu(self) -> tuple[float, float]:
+        """(server, workers) CPU seconds since `mark()`."""
+        self._sample_cpu()
+        with self._lock:
+            spent = {pid: t - self._base.get(pid, 0.0) for pid, t in self._cpu.items()}
+        server = spent.pop(self.proc.pid, 0.0)
+        return server, sum(spent.values())
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -144,6 +175,24 @@ def upload(client: httpx.Client, path: Path, *, compressed: bool) -> tuple[float
     return elapsed, r.json()
 
 
+def run_cli(path: Path) -> tuple[float, float]:
+    """`logtriage analyze` on the file: wall seconds and CPU seconds (its forked scan processes
+    included: they are reaped before it exits)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "app.cli", "analyze", str(path)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 1, 2):
+        raise SystemExit(f"logtriage analyze {path.name}: exit {proc.returncode}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", nargs="+", default=["1M", "200M"])
@@ -152,6 +201,11 @@ def main() -> int:
     ap.add_argument("--analysis-workers", type=int, default=2)
     ap.add_argument(
         "--single-line", action="store_true", help="each log is one line of the given size (then the failure)"
+    )
+    ap.add_argument(
+        "--cli",
+        action="store_true",
+        help="also run `logtriage analyze` on each log, taking turns with the uploads (same load)",
     )
     args = ap.parse_args()
 
@@ -188,11 +242,18 @@ def main() -> int:
             upload(client, logs[args.sizes[0]], compressed=args.gzip)  # warm-up
             for size, path in logs.items():
                 runs = args.runs or (5 if parse_size(size) <= 10 << 20 else 2)
-                times = []
+                times: list[float] = []
+                cpus: list[tuple[float, float, float]] = []  # server, workers, this client
+                cli: list[tuple[float, float]] = []
                 with RssSampler(server.pid) as rss:
                     for _ in range(runs):
+                        if args.cli:
+                            cli.append(run_cli(path))
+                        rss.mark()
+                        c0 = time.thread_time()  # the sampler thread's own CPU is not the upload's
                         seconds, body = upload(client, path, compressed=args.gzip)
                         times.append(seconds)
+                        cpus.append((*rss.cpu(), time.thread_time() - c0))
                 root = body.get("root_cause") or {}
                 results.append(
                     {
@@ -207,6 +268,12 @@ def main() -> int:
                         "peak_rss_with_workers_mib": round(rss.peak_total / 2**20, 1),
                         "peak_rss_largest_worker_mib": round(rss.peak_child / 2**20, 1),
                         "root_cause": root.get("failure_class"),
+                        "cpu_s_server_all": [round(c[0], 2) for c in cpus],
+                        "cpu_s_workers_all": [round(c[1], 2) for c in cpus],
+                        "cpu_s_client_all": [round(c[2], 2) for c in cpus],
+                        "cpu_s_total_median": round(statistics.median(sum(c) for c in cpus), 2),
+                        "cli_wall_s_all": [round(c[0], 3) for c in cli],
+                        "cli_cpu_s_all": [round(c[1], 2) for c in cli],
                     }
                 )
     finally:
@@ -235,6 +302,12 @@ def main() -> int:
             f"{r['peak_rss_server_mib']:>12} MiB {r['peak_rss_largest_worker_mib']:>11} MiB "
             f"{r['peak_rss_with_workers_mib']:>6} MiB  {r['root_cause']}"
         )
+        print(
+            f"{'':>6} CPU s per upload: server {r['cpu_s_server_all']} workers {r['cpu_s_workers_all']} "
+            f"client {r['cpu_s_client_all']} (total median {r['cpu_s_total_median']})"
+        )
+        if r["cli_wall_s_all"]:
+            print(f"{'':>6} logtriage analyze: wall {r['cli_wall_s_all']} s, CPU {r['cli_cpu_s_all']} s")
     return 0
 
 

@@ -2,6 +2,7 @@
 """The bad day: a burst of failed-job hooks at once, against a trivial endpoint in the same run.
 
     python bench/burst_bench.py [--hooks 200] [--hook-size 1M] [--workers 2] [--rounds 1]
+    python bench/burst_bench.py --only-single [--single-n 20] [--rounds 3]   # one hook alone only
 
 Both servers run `--workers 2` on PostgreSQL, bound to 127.0.0.1:
 - `logtriage serve` (its own database `logtriage_burst`, dropped at the end);
@@ -322,16 +323,27 @@ def main() -> int:
     p.add_argument("--port", type=int, default=18481)
     p.add_argument("--only", choices=("logtriage", "trivial"), default=None)
     p.add_argument("--client-nice", type=int, default=10, help="CPU niceness of the hooks (0: none)")
+    p.add_argument(
+        "--only-single",
+        action="store_true",
+        help="only the one-hook-alone figure (no burst): a quick before/after of one hook's latency",
+    )
+    p.add_argument("--single-n", type=int, default=20, help="sequential posts per one-hook-alone median")
+    p.add_argument(
+        "--db",
+        default=PG_DB,
+        help="PostgreSQL database to create and drop (another checkout may run the bench)",
+    )
     args = p.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     lt = shutil.which("logtriage", path=str(Path(sys.executable).parent)) or "logtriage"
     base = metric_log(args.hook_size - len(OOM_TAIL) - 64, 7)
-    load_bench._psql(f"DROP DATABASE IF EXISTS {PG_DB}")
-    load_bench._psql(f"CREATE DATABASE {PG_DB}")
+    load_bench._psql(f"DROP DATABASE IF EXISTS {args.db}")
+    load_bench._psql(f"CREATE DATABASE {args.db}")
     data = Path(tempfile.mkdtemp(prefix="logtriage-burst-"))
-    env = {**os.environ, "LOGTRIAGE_DATABASE_URL": f"postgresql+psycopg://postgres@127.0.0.1:5432/{PG_DB}"}
+    env = {**os.environ, "LOGTRIAGE_DATABASE_URL": f"postgresql+psycopg://postgres@127.0.0.1:5432/{args.db}"}
     env["LOGTRIAGE_DATA_DIR"] = str(data / "lt")
-    env["TRIVIAL_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:5432/{PG_DB}"
+    env["TRIVIAL_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:5432/{args.db}"
     env["TRIVIAL_DATA_DIR"] = str(data / "trivial")
     servers: dict[str, tuple[Server, str]] = {}
     report: dict[str, Any] = {"hooks": args.hooks, "hook_bytes": len(base) + len(OOM_TAIL), "rounds": []}
@@ -404,7 +416,11 @@ def main() -> int:
             row: dict[str, Any] = {}
             for name, (srv, path) in servers.items():
                 tag = f"r{rnd}-{name}"
-                row[f"{name}_single_ms"] = ms(single(srv.port, path, base + OOM_TAIL.encode(), tag))
+                row[f"{name}_single_ms"] = ms(
+                    single(srv.port, path, base + OOM_TAIL.encode(), tag, n=args.single_n)
+                )
+                if args.only_single:
+                    continue
                 bodies = [
                     base + f"[rank0]: job {tag}-{i} starting its last step\n".encode() + OOM_TAIL.encode()
                     for i in range(args.hooks)
@@ -417,13 +433,14 @@ def main() -> int:
                 row[name] = res
             report["rounds"].append(row)
             print(json.dumps(row, indent=1))
-        (OUT / "burst.json").write_text(json.dumps(report, indent=2))
+        if not args.only_single:  # a quick rerun leaves the last full report as it was
+            (OUT / "burst.json").write_text(json.dumps(report, indent=2))
         return 0
     finally:
         for srv, _ in servers.values():
             srv.stop()
         shutil.rmtree(data, ignore_errors=True)
-        load_bench._psql(f"DROP DATABASE IF EXISTS {PG_DB}")
+        load_bench._psql(f"DROP DATABASE IF EXISTS {args.db}")
 
 
 if __name__ == "__main__":

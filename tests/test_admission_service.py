@@ -133,6 +133,36 @@ def test_a_replayed_key_of_an_interrupted_analysis_runs_it_again(server: LiveSer
         assert replay.headers.get("Idempotent-Replayed") == "true" and replay.json()["id"] == aid
 
 
+def test_a_replay_throws_away_the_scan_started_before_its_key_was_looked_up(server: LiveServer) -> None:
+    """A hook's upload held in memory is scanned while its Idempotency-Key is reserved; when the
+    key turns out to be an earlier request's (a replay), that scan's staged blob is deleted and
+    its scan slot given back."""
+    svc = server.ctx.service
+    discarded = threading.Event()
+    real = svc._discard_outcome
+
+    def spy(scan: Any) -> None:
+        real(scan)
+        discarded.set()
+
+    svc._discard_outcome = spy  # type: ignore[method-assign]
+    staging = server.settings.data_dir / "tmp"
+    key = "replay-scanned-ahead-1"
+    try:
+        with server.client() as c:
+            first = _post(c, 8, **{"Idempotency-Key": key})
+            assert first.status_code == 201
+            assert not list(staging.glob("blob-*.part"))
+            replay = _post(c, 8, **{"Idempotency-Key": key})
+            assert replay.headers.get("Idempotent-Replayed") == "true"
+            assert replay.json()["id"] == first.json()["id"]
+            assert discarded.wait(60), "the replay's scan never ended"
+            assert not list(staging.glob("blob-*.part"))  # its staged copy went with it
+            assert svc.admission.running == 0 and svc.admission.waiting == 0
+    finally:
+        del svc._discard_outcome
+
+
 def _wait_done(c: httpx.Client, aid: str) -> dict[str, Any]:
     for _ in range(6000):
         res = c.get(f"{API}/{aid}").json()

@@ -117,3 +117,19 @@ def test_the_rank_gate_never_hides_a_rank_parse_context_finds() -> None:
             ranked += 1
             assert may_name_rank(line), line
     assert ranked > 100  # the corpus exercises it
+
+
+def test_the_srun_gate_finds_what_its_plain_form_finds() -> None:
+    """The srun part of `may_name_rank` is `\\d:\\s` written to start at a colon (speed): it must
+    find a match in exactly the strings the plain pattern does, Unicode digits and spaces too."""
+    import random
+    import re
+
+    from app.engine.lines import _SRUN_RANK
+
+    plain = re.compile(r"\d:\s")
+    rng = random.Random(0)
+    alphabet = "09\u0663\u096a: \t\u00a0\u2003\x1c\x85a\n"  # ASCII, Arabic-Indic, Devanagari digits
+    for _ in range(50_000):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 10)))
+        assert (_SRUN_RANK.search(s) is None) == (plain.search(s) is None), repr(s)

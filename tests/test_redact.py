@@ -18,7 +18,7 @@ SECRETS = [
         "hf_abcdefghijklmnopqrstuvwxyzABCDEF1234",
     ),
     ("openai-key", "OPENAI=sk-proj-abcdefghijklmnopqrstuvwx", "sk-proj-abcdefghijklmnopqrstuvwx"),
-    ("github-token", "ghp_" + "a" * 36, "ghp_" + "a" * 36),
+    ("github-token", "ghp_" + "Kq9Zt3Wm8Ln2" * 3, "ghp_" + "Kq9Zt3Wm8Ln2" * 3),
     ("slack-token", "bot xoxb-1234567890-abcdefghij", "xoxb-1234567890-abcdefghij"),
     ("url-credentials", "pulling https://alice:s3cr3tpass@git.example.com/repo.git", "s3cr3tpass"),
     ("secret-assignment", "WANDB_API_KEY=0123456789abcdef0123", "0123456789abcdef0123"),
@@ -256,3 +256,48 @@ def test_assignment_spellings_and_more_kinds(line: str, secret: str) -> None:
 )
 def test_placeholders_and_variables_are_not_secrets(line: str) -> None:
     assert redact_text(line) == line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # only repeated characters, or a word that asks to be filled in
+        'curl --user "aaa:bbb" https://nexus.internal/upload',
+        "DB_PASSWORD=changeme-before-deploy",
+        "WANDB_API_KEY=RANDOMKEYGOESHERE",
+        "HF_TOKEN=your-dummy-value",
+        # a vendor token whose body is mostly runs of one character
+        "pushing with ghp_" + "q" * 36,
+        "hf_" + "7" * 20 + "Ab" + "c" * 12,
+        # after a credential's name: another name (a reference), a command's output
+        "    - secretKey: hf-token",
+        "api_key=my_api_key",
+        'token = "wandb_api_token:"',
+        "export AWS_SECRET_ACCESS_KEY=`aws-vault exec ci -- printenv KEY`",
+        # a PEM block with nothing in it
+        "-----BEGIN RSA PRIVATE KEY----------END RSA PRIVATE KEY-----",
+    ],
+)
+def test_made_up_values_are_not_secrets(line: str) -> None:
+    assert redact_text(line) == line
+    assert b"".join(redact_stream(io.BytesIO(line.encode() + b"\n"))) == line.encode() + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "secret"),
+    [
+        # the same places with a value that could be real
+        ('curl --user "aaa:Zq9Wm2Xr7Lp4" https://nexus.internal/upload', "Zq9Wm2Xr7Lp4"),
+        ("pushing with ghp_" + "q" * 16 + "Kq9Zt3Wm8Ln2Vb7Xc4Rt6", "Kq9Zt3Wm8Ln2Vb7Xc4Rt6"),
+        ("    - secretKey: hf-token-7f3a9c", "hf-token-7f3a9c"),
+        ("export AWS_SECRET_ACCESS_KEY=`Zq9Wm2Xr7Lp4`", "Zq9Wm2Xr7Lp4"),
+        # fill after a credential's name stays redacted: the name vouches for it
+        ("DEPLOY_TOKEN=QQQQQQQQQQQQQQQQQQQQ-v1", "QQQQQQQQ"),
+        ("-----BEGIN RSA PRIVATE KEY-----MIIEowIBAAKCAQEAzQ3f-----END RSA PRIVATE KEY-----", "MIIEow"),
+        # base64 bodies are never judged: zero bytes encode as AAAA
+        ('"auth": "AAAAAAAAAAAAAAAAAAAAAAAAdXNlcjpwdw=="', "dXNlcjpwdw"),
+    ],
+)
+def test_values_that_could_be_real_stay_redacted(line: str, secret: str) -> None:
+    assert secret not in redact_text(line)
+    assert secret.encode() not in b"".join(redact_stream(io.BytesIO(line.encode() + b"\n")))

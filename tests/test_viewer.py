@@ -195,6 +195,23 @@ def test_staging_writer_frames_every_n_bytes_and_indexes_them(dir_store: BlobSto
     assert pending.sha256 == hashlib.sha256(content).hexdigest() and pending.size == len(content)
 
 
+def test_frame_index_counts_newlines_of_big_writes(dir_store: BlobStore) -> None:
+    """Writes past NUMPY_COUNT_MIN count their newlines another way (numpy): the index is the
+    same, also for the pieces a frame boundary cuts out of the middle of a write."""
+    from app.blobstore.base import NUMPY_COUNT_MIN
+
+    content = log_text(random.Random(11), 12_000)
+    chunk = 3 * NUMPY_COUNT_MIN + 17
+    assert len(content) > 4 * chunk
+    # a frame boundary inside every write, leaving pieces on both sides over the numpy threshold
+    pending = put(dir_store, content, frame_bytes=2 * NUMPY_COUNT_MIN + 5, chunk=chunk)
+    assert pending.frames is not None
+    raw = Path(
+        dir_store.location, pending.sha256[:2], pending.sha256[2:4], pending.sha256 + ".zst"
+    ).read_bytes()
+    check_index(pending.frames, raw, content)
+
+
 def test_frame_index_of_edge_cases(dir_store: BlobStore) -> None:
     for content in [b"x", b"\n", b"abc", b"a\nb", b"a" * 1000, b"a" * 999 + b"\n", b"\n" * 2500]:
         pending = put(dir_store, content, frame_bytes=1000)

@@ -73,7 +73,11 @@ _RANK_WORD_MARK = "ank"
 # Every way parse_context finds a rank leaves one of these in the line: mpirun's "]<std", torchrun's
 # "[rank"/"[default", srun's "3: ", the word "rank"/"Rank" (all contain "ank"). A line with none of
 # them has no rank, whatever its prefixes: callers that want only the rank skip the parse.
-_SRUN_RANK = re.compile(r"\d:\s")  # the stdlib's engine: a third of `regex`'s cost on this search
+# the stdlib's engine (a third of `regex`'s cost here), led by the literal ":" so that it skips to
+# each colon (a fast literal scan) instead of trying `\d` at every character: `\d:\s` took 12-17 µs
+# on a 300-character metric line, and the timeline gates its last 2000 lines with this (~30 ms of a
+# hook's 1 MB log); the look-behind keeps it `\d:\s`
+_SRUN_RANK = re.compile(r":(?<=\d:)\s")
 
 
 def may_name_rank(text: str) -> bool:

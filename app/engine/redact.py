@@ -65,7 +65,8 @@ RULES: list[tuple[str, str]] = [
     # BEGIN line (a stream withholds the body lines after it: see below)
     (
         "private-key",
-        r"(?P<secret>-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[^-]*-----END [A-Z ]*PRIVATE KEY-----)?)",
+        r"(?P<secret>-----BEGIN [A-Z ]*PRIVATE KEY-----(?!\s*-----END)"
+        r"(?:[^-]*-----END [A-Z ]*PRIVATE KEY-----)?)",
     ),
     ("aws-access-key", r"\b" + _NOT_FILLER + r"(?P<secret>(?:AKIA|ASIA)[0-9A-Z]{16})\b"),
     ("alibaba-access-key", r"\b(?P<secret>LTAI[A-Za-z0-9]{12,30})\b"),
@@ -171,6 +172,8 @@ _KEY_END = regex.compile(rb"-----END [A-Z ]*PRIVATE KEY-----")
 
 def _sub_secret(kind: str, rx: regex.Pattern[str], text: str, counts: Counter[str] | None) -> str:
     def repl(m: regex.Match[str]) -> str:
+        if _not_a_secret(kind, m):
+            return str(m.group(0))
         if counts is not None:
             counts[kind] += 1
         a, b = m.span("secret")
@@ -179,6 +182,67 @@ def _sub_secret(kind: str, rx: regex.Pattern[str], text: str, counts: Counter[st
         return str(whole[: a - s]) + f"[REDACTED:{kind}]" + str(whole[b - s :])
 
     return str(rx.sub(repl, text, timeout=0.5))
+
+
+# Made-up values that a regex cannot tell from a secret, judged once a rule has matched (so only
+# on the few lines that hold a candidate). A value made of repeated characters only (`xxx:yyy`,
+# `0000-0000`) or holding a word that says "fill me in" (`RANDOMSTRINGHERE`, `changeme`); a vendor
+# token whose body is mostly runs of one character (`AIzaaaaa...`, `sgp_55555dAAAAA...aaaaaaaa`);
+# after a credential's name, another name (`secretKey: api-key`, `token = "telegram_api_token"`:
+# letters only, a reference to where the secret is) or a command substitution
+# (`KEY=`etcdctl get k``). A random secret is mostly such runs, or holds a given 6-letter word, with a
+# probability under 1e-7. Fill in a generic assignment (`ageToken = "AGE-SECRET-KEY-1QQQ..."`)
+# stays redacted: a name that says "token" vouches for its value more than its shape does.
+# Base64 bodies are never judged (zero bytes encode as `AAAA...`), nor whole headers or URLs.
+_NEVER_MADE_UP = frozenset(
+    {
+        "private-key",
+        "azure-storage-key",
+        "azure-sas",
+        "docker-auth",
+        "jwt",
+        "pypi-token",
+        "cookie",
+        "slack-webhook",
+        "url-credentials",
+        "bearer",
+        "authorization",
+        "netrc-password",
+    }
+)
+# rules whose value is free text after a credential's name
+_NAMED_VALUE = frozenset(
+    {"secret-assignment", "config-key-value", "secret-flag", "cli-password", "user-password"}
+)
+_SEGMENT = regex.compile(r"[A-Za-z0-9]+")
+_FILL = regex.compile(r"(.)\1{3,}")
+_FILL_WORD = regex.compile(r"(?i)placeholder|changeme|dummy|random")
+_NAME = regex.compile(r"(?i)[a-z]+(?:[_.:-][a-z]+)*:?")
+_CRED_WORD = regex.compile(r"(?i)secret|token|api[_-]?key|credential")
+
+
+def _mostly_fill(body: str) -> bool:
+    filled = sum(len(m.group(0)) for m in _FILL.finditer(body))
+    return bool(filled >= 8 and 2 * filled >= len(body))
+
+
+def _not_a_secret(kind: str, m: regex.Match[str]) -> bool:
+    """Whether rule `kind`'s match `m` holds a made-up value (above), to be left as it is."""
+    if kind in _NEVER_MADE_UP:
+        return False
+    value = str(m.group("secret"))
+    segments = _SEGMENT.findall(value)
+    if not segments:
+        return False
+    if all(len(set(seg)) == 1 for seg in segments) or _FILL_WORD.search(value):
+        return True
+    if kind not in _NAMED_VALUE:
+        # the body: the longest alphanumeric piece (a prefix or a numeric id is not the secret)
+        return _mostly_fill(max(segments, key=len))
+    if _NAME.fullmatch(value) and _CRED_WORD.search(value):
+        return True
+    a, b = m.span("secret")
+    return m.string[a - 1 : a] == "`" and m.string[b : b + 1] in (" ", "\t")  # `...` runs a command
 
 
 # Literals of which every match of a rule contains at least one: a rule runs only on text that

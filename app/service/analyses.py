@@ -143,6 +143,11 @@ class Started:
         return self.ticket is not None and not self.ticket.running
 
 
+def in_memory(job: ScanJob) -> bool:
+    """Whether the whole upload is held in memory (nothing of it spooled to disk)."""
+    return all(f.data is not None for f in job.files) and (job.config is None or job.config.data is not None)
+
+
 def held_in_memory(job: ScanJob) -> int:
     """Bytes of the upload the process holds while it waits (bodies over 1 MiB wait on disk)."""
     return sum(len(f.data) for f in job.files if f.data is not None) + (
@@ -172,6 +177,7 @@ class AnalysisService:
         self._drafts: dict[str, repo.Draft] = {}
         self._registering: dict[str, asyncio.Future[None]] = {}
         self._storing: dict[str, asyncio.Future[Completed]] = {}  # drafts the writer is inserting
+        self._unneeded_scans: set[asyncio.Future[ScanOutcome | JobError]] = set()  # see `_unneeded`
         self._committer = ThreadPoolExecutor(max_workers=COMMIT_THREADS, thread_name_prefix="blob-commit")
         self.admission = Admission(
             slots=pool.workers,
@@ -212,23 +218,62 @@ class AnalysisService:
             draft = repo.Draft.new(meta=meta, token_id=token_id, runner=self.runner)
             self._drafts[draft.analysis_id] = draft
             return self._launch(draft.analysis_id, job, spool, ticket)
+        # an upload held in memory (a hook's, up to 1 MiB) is scanned while its key is reserved:
+        # the reservation's transaction (a commit, 4-8 ms) no longer comes before the scan; a
+        # replay or a refused key wastes that one small scan, whose staged blobs are discarded
+        early = asyncio.ensure_future(self._scan(job, ticket)) if in_memory(job) else None
         try:
             analysis_id, replayed = await asyncio.to_thread(
                 self._begin, meta, token_id, idempotency_scope, idempotency_key, request_digest
             )
         except BaseException:
-            ticket.release()
+            self._unneeded(early, ticket)
             remove_tree(spool)
             raise
         if replayed:
-            ticket.release()
+            self._unneeded(early, ticket)
             remove_tree(spool)
             return Started(analysis_id, None, replayed=True)
-        return self._launch(analysis_id, job, spool, ticket)
+        return self._launch(analysis_id, job, spool, ticket, early)
 
-    def _launch(self, analysis_id: str, job: ScanJob, spool: Path, ticket: Ticket) -> Started:
+    async def _scan(self, job: ScanJob, ticket: Ticket) -> ScanOutcome | JobError:
+        try:
+            await ticket.wait_turn()
+            return await self.pool.scan(job)
+        finally:
+            ticket.release()  # the scan worker is free: the next upload's turn
+
+    def _unneeded(self, scan: asyncio.Future[ScanOutcome | JobError] | None, ticket: Ticket) -> None:
+        """Drop a scan started ahead of its key's reservation: its staged blobs go once it ends."""
+        if scan is None:
+            ticket.release()
+            return
+        if not ticket.running:
+            scan.cancel()  # still waiting for its turn: no worker has it
+            ticket.release()  # (a task cancelled before its first step never runs its `finally`)
+        if not scan.done():
+            self._unneeded_scans.add(scan)
+        scan.add_done_callback(self._discard_outcome)
+
+    def _discard_outcome(self, scan: asyncio.Future[ScanOutcome | JobError]) -> None:
+        self._unneeded_scans.discard(scan)
+        if scan.cancelled() or scan.exception() is not None:
+            return  # a failed scan staged nothing (it discards its own blobs)
+        outcome = scan.result()
+        if isinstance(outcome, ScanOutcome):
+            for blob in [f.blob for f in outcome.files] + ([outcome.config.blob] if outcome.config else []):
+                self.store.discard(blob)
+
+    def _launch(
+        self,
+        analysis_id: str,
+        job: ScanJob,
+        spool: Path,
+        ticket: Ticket,
+        scan: asyncio.Future[ScanOutcome | JobError] | None = None,
+    ) -> Started:
         task = asyncio.create_task(
-            self._process(analysis_id, job, spool, ticket), name=f"analysis-{analysis_id}"
+            self._process(analysis_id, job, spool, ticket, scan), name=f"analysis-{analysis_id}"
         )
         self._tasks.add(task)
         task.add_done_callback(self._forget)
@@ -312,13 +357,16 @@ class AnalysisService:
             )
             return row.id, False
 
-    async def _process(self, analysis_id: str, job: ScanJob, spool: Path, ticket: Ticket) -> Completed:
+    async def _process(
+        self,
+        analysis_id: str,
+        job: ScanJob,
+        spool: Path,
+        ticket: Ticket,
+        scan: asyncio.Future[ScanOutcome | JobError] | None = None,
+    ) -> Completed:
         try:
-            try:
-                await ticket.wait_turn()
-                result = await self.pool.scan(job)
-            finally:
-                ticket.release()  # the scan worker is free: the next upload's turn
+            result = await (scan if scan is not None else self._scan(job, ticket))
             if isinstance(result, JobError):
                 raise result.to_exception()
             return await self._store(analysis_id, result)
