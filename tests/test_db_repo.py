@@ -17,8 +17,8 @@ from app.db import repo, rollup
 from app.db.migrate import downgrade, upgrade
 from app.db.models import RecurrenceDay, RecurrenceHost, RecurrenceJob
 from app.db.session import Database
+from app.engine.fingerprint import fingerprint
 from app.errors import ConflictError, NotFoundError, UsageError
-from app.fingerprint import fingerprint
 from app.service.analyses import AnalysisService
 from app.service.jobs import ScanOutcome, StoredFile
 from app.service.pool import ScanPool

@@ -24,8 +24,8 @@ from app.db.models import (
 from app.db.repo.common import finding_hosts, insert_ignore
 from app.db.repo.lifecycle import Draft, pending_row
 from app.db.repo.standing import Standing, result_hardware_hosts, standing_of, suspect_hosts
+from app.engine.fingerprint import fingerprint
 from app.errors import NotFoundError
-from app.fingerprint import fingerprint
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def _check_pattern(p: str) -> str:
         raise ValueError(f"pattern {p!r} is anchored with ^; rules match anywhere in a line")
     if compiled.match(""):
         raise ValueError(f"pattern {p!r} matches the empty string")
-    from app.engine.redos import backtracking_risk
+    from app.engine.pipeline.redos import backtracking_risk
 
     risk = backtracking_risk(p)
     if risk:
@@ -210,7 +210,7 @@ TRIGGER_CAPTURES: dict[str, set[str]] = {
     "collective_desync": {"ranks", "seq", "summary"},
     "rank_exited": {"ranks", "seq", "summary"},
 }
-# triggers the timeline's verdicts fire (app.engine.timeline)
+# triggers the timeline's verdicts fire (app.engine.timeline.builder)
 TIMELINE_TRIGGERS = frozenset({"collective_desync", "rank_exited"})
 
 
@@ -228,7 +228,7 @@ class Rule(Strict):
     # Rules with a trigger fire on job metadata rather than on log text (e.g. the job reported
     # exit code 0 although the log ends in a fatal error).
     # Metric triggers fire on the training metrics parsed from the logs' last lines
-    # (app.engine.metrics): a value that is not finite, or a loss/grad-norm spike.
+    # (app.engine.pipeline.metrics): a value that is not finite, or a loss/grad-norm spike.
     trigger: (
         Literal[
             "exit_status_masked",
@@ -242,7 +242,7 @@ class Rule(Strict):
     ) = None
     explains: list[Annotated[str, Field(pattern=CLASS_ID)]] = Field(default_factory=list)
     # classes this failure is a consequence of when they are present and not later in the log
-    # (an abort after a watchdog timeout): outranks the class relations (app.engine.rank)
+    # (an abort after a watchdog timeout): outranks the class relations (app.engine.pipeline.rank)
     consequence_of: list[Annotated[str, Field(pattern=CLASS_ID)]] = Field(default_factory=list)
     confidence: float = Field(default=0.8, gt=0, le=1)
     # what would confirm this cause when the log only suggests it (shown with possible causes)
@@ -345,7 +345,7 @@ class Library:
 def default_rules_dir() -> Path:
     """The rules shipped with the project (repo checkout or installed data)."""
     here = Path(__file__).resolve()
-    for candidate in (here.parents[2] / "rules", here.parents[1] / "rules"):
+    for candidate in (here.parents[3] / "rules", here.parents[2] / "rules"):
         if (candidate / "library.yaml").is_file():
             return candidate
     raise RuleError("cannot find the rule library (rules/library.yaml); pass --rules DIR")

@@ -17,27 +17,26 @@ from typing import Any
 
 import regex
 
-from app.engine.clock import iso, parse_time
-from app.engine.expr import ExprError, Missing, Scope, render_template
-from app.engine.ingest import ByteBudget, Source, file_size, human_bytes, too_large
-from app.engine.library import FRAMEWORKS, TIMELINE_TRIGGERS, Library, Rule, Severity
-from app.engine.lines import parse_context
 from app.engine.models import Analysis, Evidence, Finding, FrameworkInfo, PossibleCause
-from app.engine.patches import ConfigView, compute_patches, config_diff, select_specs
-from app.engine.rank import Ranked, rank
-from app.engine.redact import redact_text
-from app.engine.scan import (
+from app.engine.pipeline.expr import ExprError, Missing, Scope, render_template
+from app.engine.pipeline.findings import HitRecord, RuleMatch
+from app.engine.pipeline.ingest import ByteBudget, Source, file_size, human_bytes, too_large
+from app.engine.pipeline.library import FRAMEWORKS, TIMELINE_TRIGGERS, Library, Rule, Severity
+from app.engine.pipeline.lines import parse_context
+from app.engine.pipeline.patches import ConfigView, compute_patches, config_diff, select_specs
+from app.engine.pipeline.rank import Ranked, rank
+from app.engine.pipeline.redact import redact_text
+from app.engine.pipeline.scan import (
     CompiledLibrary,
     FileScan,
-    HitRecord,
-    RuleMatch,
     evaluate,
     scan_range,
     scan_source,
     split_points,
 )
-from app.engine.timeline import build as build_timeline
-from app.engine.timeline_model import Timeline
+from app.engine.timeline.builder import build as build_timeline
+from app.engine.timeline.clock import iso, parse_time
+from app.engine.timeline.model import Timeline
 
 # RL frameworks first: the most specific name is the one whose dialect patches speak.
 FRAMEWORK_ORDER = FRAMEWORKS
