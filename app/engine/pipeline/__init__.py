@@ -24,5 +24,6 @@ __all__ = [
     "redos",
     "scan",
     "triage",
+    "triggers",
     "unwrap",
 ]
