@@ -155,7 +155,7 @@ def uncount(session: Session, c: Contribution) -> None:
         select(
             func.count(), func.min(Analysis.created_at), func.max(Analysis.created_at), func.min(Analysis.id)
         )
-        .where(*_counted(fp), Analysis.id != c.analysis_id)
+        .where(*_counted([fp]), Analysis.id != c.analysis_id)
         .where(Analysis.created_at >= start, Analysis.created_at < start + dt.timedelta(days=1))
     ).one()
     key = (RecurrenceDay.fingerprint == fp, RecurrenceDay.day == c.day)
