@@ -29,7 +29,7 @@ from app.blobstore import open_blob_store
 from app.db import repo
 from app.db.migrate import ensure_current
 from app.db.session import Database, DbTimeouts
-from app.engine.library import load_library
+from app.engine.pipeline.library import load_library
 from app.errors import NotFoundError
 from app.render.html import inline, markdown_block
 from app.service.analyses import AnalysisService

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from app.engine.library import Framework
 from app.engine.models import Finding, FrameworkInfo
+from app.engine.pipeline.library import Framework
 from app.errors import ValidationFailedError
 
 Source = Literal["web", "api", "slack", "cli"]
@@ -156,6 +156,7 @@ class FileInfo(BaseModel):
 
 class RecurrenceInfo(BaseModel):
     fingerprint: str
+    fingerprint_version: int = Field(description="The fingerprint algorithm's version (grouping).")
     total: int
     in_window: int
     window_days: int

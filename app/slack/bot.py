@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.db import repo
 from app.db.repo import JobMeta
-from app.engine.redact import redact_text
+from app.engine.pipeline.redact import redact_text
 from app.errors import (
     AuthError,
     InputError,

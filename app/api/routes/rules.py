@@ -10,7 +10,7 @@ from app.api.deps import CtxDep, ReadDep, SessionDep
 from app.api.routes.common import problems
 from app.api.schemas import LibraryInfo, RuleDetail, RuleSummary
 from app.db import repo
-from app.engine.library import Library, Rule
+from app.engine.pipeline.library import Library, Rule
 from app.errors import NotFoundError
 
 router = APIRouter(prefix="/api/v1", tags=["rules"])

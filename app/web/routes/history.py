@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from app.api.deps import CtxDep
 from app.api.routes.common import base_url, parse_time
 from app.db import repo
-from app.engine.framework_names import FRAMEWORK_NAMES
+from app.engine.pipeline.framework_names import FRAMEWORK_NAMES
 from app.errors import LogtriageError, UsageError, ValidationFailedError
 from app.service import ops
 from app.web.pages import WebPrincipal, render, require_page

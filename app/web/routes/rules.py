@@ -12,7 +12,7 @@ from fastapi.responses import Response
 
 from app.api.deps import CtxDep
 from app.db import repo
-from app.engine.library import LoadedRule
+from app.engine.pipeline.library import LoadedRule
 from app.errors import NotFoundError
 from app.service import aggregates
 from app.web.pages import WebPrincipal, render, require_page

@@ -13,7 +13,7 @@ from fastapi.responses import RedirectResponse, Response
 from app.api.deps import CtxDep
 from app.api.routes.common import base_url
 from app.api.upload import CSRF_REFUSED, Upload, check_declared_length, intake_of, receive
-from app.engine.library import FRAMEWORKS
+from app.engine.pipeline.library import FRAMEWORKS
 from app.errors import ForbiddenError, LogtriageError
 from app.service import ops
 from app.service.jobs import InputFile
