@@ -30,9 +30,9 @@ def _size(text: str) -> int:
 
 
 def _compiled(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from app.engine.library import load_library
-    from app.engine.scan import CompiledLibrary
-    from app.engine.triage import default_cache_dir
+    from app.engine.pipeline.library import load_library
+    from app.engine.pipeline.scan import CompiledLibrary
+    from app.engine.pipeline.triage import default_cache_dir
     from app.scan_settings import scan_settings
 
     settings = scan_settings()
@@ -42,7 +42,7 @@ def _compiled(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     extra = []
     n_extra = getattr(args, "extra_synthetic_rules", 0) or 0
     if n_extra:
-        from app.engine.synthetic import synthetic_rules
+        from app.engine.ruledev.synthetic import synthetic_rules
 
         extra = synthetic_rules(n_extra)
     engine = getattr(args, "engine", None) or settings.engine
@@ -50,9 +50,9 @@ def _compiled(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from app.engine.ingest import collect_sources
-    from app.engine.patches import ConfigView
-    from app.engine.triage import TriageOptions, triage
+    from app.engine.pipeline.ingest import collect_sources
+    from app.engine.pipeline.patches import ConfigView
+    from app.engine.pipeline.triage import TriageOptions, triage
     from app.render.markdown import render_markdown
     from app.render.text import render_text
     from app.scan_settings import scan_settings
@@ -87,7 +87,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_list(args: argparse.Namespace) -> int:
-    from app.engine.library import load_library
+    from app.engine.pipeline.library import load_library
 
     lib = load_library(Path(args.rules) if args.rules else None)
     rows = sorted(lib.rules, key=lambda lr: (lr.rule.failure_class, lr.rule.id))
@@ -115,7 +115,7 @@ def _rule_summary(rule) -> dict[str, object]:  # type: ignore[no-untyped-def]
 
 
 def cmd_rules_show(args: argparse.Namespace) -> int:
-    from app.engine.library import load_library
+    from app.engine.pipeline.library import load_library
     from app.errors import NotFoundError
 
     lib = load_library(Path(args.rules) if args.rules else None)
@@ -129,7 +129,7 @@ def cmd_rules_show(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
-    from app.engine.ruletest import run_all
+    from app.engine.ruledev.ruletest import run_all
 
     compiled = _compiled(args)
     results = run_all(compiled)
@@ -143,8 +143,8 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_lint(args: argparse.Namespace) -> int:
-    from app.engine.library import load_library
-    from app.engine.ruletest import baseline_files, lint
+    from app.engine.pipeline.library import load_library
+    from app.engine.ruledev.ruletest import baseline_files, lint
 
     lib = load_library(Path(args.rules) if args.rules else None)
     sample = b"".join(p.read_bytes() for p in baseline_files(lib))
@@ -163,29 +163,29 @@ def cmd_rules_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_export(args: argparse.Namespace) -> int:
-    from app.engine.export import to_grep_patterns
+    from app.engine.ruledev.export import to_grep_patterns
 
     compiled = _compiled(args)
     if args.format == "grep":
         for pat in to_grep_patterns(compiled, include_all=args.all):
             print(pat)
     else:
-        from app.engine.library import Rule
+        from app.engine.pipeline.library import Rule
 
         print(json.dumps(Rule.model_json_schema(by_alias=True), indent=2))
     return 0
 
 
 def cmd_rules_catalog(args: argparse.Namespace) -> int:
-    from app.engine.catalog import render_catalog
-    from app.engine.library import load_library
+    from app.engine.pipeline.library import load_library
+    from app.engine.ruledev.catalog import render_catalog
 
     sys.stdout.write(render_catalog(load_library(Path(args.rules) if args.rules else None)))
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from app.engine.evaluation import evaluate_corpus, format_report
+    from app.engine.ruledev.evaluation import evaluate_corpus, format_report
 
     compiled = _compiled(args)
     report = evaluate_corpus(compiled, Path(args.corpus), split=args.split)
@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _frameworks() -> Sequence[str]:
-    from app.engine.framework_names import FRAMEWORK_NAMES  # not the library: --help stays fast
+    from app.engine.pipeline.framework_names import FRAMEWORK_NAMES  # not the library: --help stays fast
 
     return FRAMEWORK_NAMES
 

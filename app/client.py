@@ -30,7 +30,7 @@ from urllib.parse import urljoin
 
 import httpx
 
-from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
+from app.engine.pipeline.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
 from app.errors import RemoteError, SubmitGaveUpError, UsageError
 
 CHUNK = 1 << 20

@@ -184,7 +184,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[f"LOGTRIAGE_{env}"] = str(value)
     settings = get_settings()
-    from app.engine.library import load_library
+    from app.engine.pipeline.library import load_library
 
     library = load_library(settings.rules_dir)  # a broken rule file stops here, with a clear error
     db = _database(settings)
@@ -493,7 +493,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_retriage(args: argparse.Namespace) -> int:
     ray_options = None
     if args.ray:
-        from app.retriage import RayOptions, import_ray
+        from app.service.retriage import RayOptions, import_ray
 
         import_ray(local=args.ray_address == "local")  # not installed: a one-line error before any work
         ray_options = RayOptions(
@@ -501,7 +501,7 @@ def cmd_retriage(args: argparse.Namespace) -> int:
         )
     from app.db import repo
     from app.db.migrate import ensure_current
-    from app.retriage import change_report, retriage
+    from app.service.retriage import change_report, retriage
 
     settings = _settings()
     if args.rules:

@@ -131,7 +131,7 @@ def startup(lt: list[str], runs: int) -> dict[str, object]:
 
 
 def redact(size: int, runs: int) -> dict[str, object]:
-    from app.engine.redact import RULES, redact_stream
+    from app.engine.pipeline.redact import RULES, redact_stream
 
     path = scan_bench.ensure_log(size, 0)
     coloured = path.with_name(path.stem + "-ansi.log")

@@ -108,10 +108,10 @@ def make_log(size: int, *, plant: bool) -> Path:
 
 
 def in_process(path: Path, runs: int) -> dict[str, object]:
-    import app.engine.scan as scan
-    from app.engine.ingest import ByteBudget, collect_sources
-    from app.engine.library import load_library
-    from app.engine.metrics import check, metric_text, parse_lines
+    import app.engine.pipeline.scan as scan
+    from app.engine.pipeline.ingest import ByteBudget, collect_sources
+    from app.engine.pipeline.library import load_library
+    from app.engine.pipeline.metrics import check, metric_text, parse_lines
 
     cache = OUT / "hs-cache"
     library = load_library()
@@ -177,9 +177,9 @@ def in_process(path: Path, runs: int) -> dict[str, object]:
 CHILD = """
 import json, sys, time
 from pathlib import Path
-from app.engine.ingest import ByteBudget, Source
-from app.engine.library import load_library
-from app.engine.scan import CompiledLibrary, scan_source
+from app.engine.pipeline.ingest import ByteBudget, Source
+from app.engine.pipeline.library import load_library
+from app.engine.pipeline.scan import CompiledLibrary, scan_source
 compiled = CompiledLibrary(load_library(), cache_dir=Path(sys.argv[3]))
 src = Source(name="bench", path=Path(sys.argv[1]))
 times = []

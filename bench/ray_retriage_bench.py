@@ -51,7 +51,8 @@ from app.db import repo  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.db.repo import JobMeta  # noqa: E402
 from app.db.session import Database  # noqa: E402
-from app.retriage import (  # noqa: E402
+from app.service import analyses, jobs, worker  # noqa: E402
+from app.service.retriage import (  # noqa: E402
     RayOptions,
     RayRunner,
     Results,
@@ -59,7 +60,6 @@ from app.retriage import (  # noqa: E402
     local_runner,
     retriage_analyses,
 )
-from app.service import analyses, jobs, worker  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
 RULES = ROOT / "rules"

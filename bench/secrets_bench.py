@@ -14,7 +14,7 @@ Go source, with no generated part, counts when its longest run of token characte
 as untouched when it comes out byte for byte.
 
 throughput: MB/s of `redact_stream` over LOG (e.g. `bench/gen_log.py LOG --size 256M`), for the
-working tree's rules and, with `--before REF`, for `app/engine/redact.py` as it was at REF,
+working tree's rules and, with `--before REF`, for `app/engine/pipeline/redact.py` as it was at REF,
 alternating runs in one process on a warm page cache; the median of `--runs` is reported.
 `--mix N` also times a copy of LOG with a fixture line (a planted secret or a healthy look-alike
 from tests/secrets/planted.yaml) after every N lines: the generated log alone holds no line the
@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 import gitleaks_samples  # noqa: E402  (sibling module; bench/ is not a package)
 
-from app.engine.redact import redact_stream  # noqa: E402
+from app.engine.pipeline.redact import redact_stream  # noqa: E402
 
 # a literal example's secret: its longest run of token characters (base64 padding kept at the end)
 _WORD = re.compile(r"[A-Za-z0-9+_~-]+=*")
@@ -150,10 +150,15 @@ def _print_gitleaks(result: dict[str, object], below: float) -> None:
 
 
 def _module_at(ref: str) -> ModuleType:
-    """app/engine/redact.py as it was at `ref`, loaded beside the current one."""
-    src = subprocess.run(
-        ["git", "show", f"{ref}:app/engine/redact.py"], cwd=ROOT, capture_output=True, check=True, text=True
-    ).stdout
+    """app/engine/pipeline/redact.py as it was at `ref`, loaded beside the current one."""
+    for path in ("app/engine/pipeline/redact.py", "app/engine/redact.py"):
+        shown = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=ROOT, capture_output=True, text=True)
+        if shown.returncode == 0:
+            break
+    else:
+        raise SystemExit(f"no redact.py at {ref}")
+    # before the engine's subpackages its imports named app.engine.lines / app.engine.matcher
+    src = re.sub(r"\bapp\.engine\.(lines|matcher)\b", r"app.engine.pipeline.\1", shown.stdout)
     spec = importlib.util.spec_from_loader("redact_before", loader=None)
     assert spec is not None
     mod = importlib.util.module_from_spec(spec)
@@ -218,10 +223,10 @@ def main() -> int:
     g.add_argument("--json", type=Path)
     g.add_argument("--show", help="print each example of this rule and what came out")
     g.add_argument("--below", type=float, default=98.0, help="list the rules under this percentage")
-    g.add_argument("--at", help="a git ref: measure app/engine/redact.py as it was there")
+    g.add_argument("--at", help="a git ref: measure app/engine/pipeline/redact.py as it was there")
     t = sub.add_parser("throughput")
     t.add_argument("log", type=Path)
-    t.add_argument("--before", help="a git ref: also time app/engine/redact.py as it was there")
+    t.add_argument("--before", help="a git ref: also time app/engine/pipeline/redact.py as it was there")
     t.add_argument("--runs", type=int, default=3)
     t.add_argument("--mix", type=int, default=0, help="time a copy with a fixture line every N lines too")
     t.add_argument("--json", type=Path)

@@ -61,10 +61,10 @@ SAMPLES = [
 
 
 def results() -> list[tuple[dict[str, object], list[object]]]:
-    from app.engine.ingest import collect_sources
-    from app.engine.library import load_library
-    from app.engine.scan import CompiledLibrary
-    from app.engine.triage import TriageOptions, triage
+    from app.engine.pipeline.ingest import collect_sources
+    from app.engine.pipeline.library import load_library
+    from app.engine.pipeline.scan import CompiledLibrary
+    from app.engine.pipeline.triage import TriageOptions, triage
     from app.service.worker import _rule_texts  # the rule texts a completion stores
 
     compiled = CompiledLibrary(load_library())

@@ -8,12 +8,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.engine.ingest import collect_sources
-from app.engine.library import Library, load_library
 from app.engine.models import Analysis
-from app.engine.patches import ConfigView
-from app.engine.scan import CompiledLibrary
-from app.engine.triage import TriageOptions, triage
+from app.engine.pipeline.ingest import collect_sources
+from app.engine.pipeline.library import Library, load_library
+from app.engine.pipeline.patches import ConfigView
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, triage
 from tests.s3kit import S3_ENV, S3_ENV_CLEARED, MotoS3, s3_unavailable
 from tests.servicekit import LiveServer, PgSchemas, in_ci, live_server, make_settings, pg_reachable
 

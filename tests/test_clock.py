@@ -6,7 +6,7 @@ import calendar
 
 import pytest
 
-from app.engine.clock import iso, parse_time, year_of
+from app.engine.timeline.clock import iso, parse_time, year_of
 
 
 def at(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: float = 0.0) -> float:

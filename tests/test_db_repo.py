@@ -17,8 +17,9 @@ from app.db import repo, rollup
 from app.db.migrate import downgrade, upgrade
 from app.db.models import RecurrenceDay, RecurrenceHost, RecurrenceJob
 from app.db.session import Database
+from app.engine import fingerprint as fingerprinting
+from app.engine.fingerprint import fingerprint
 from app.errors import ConflictError, NotFoundError, UsageError
-from app.fingerprint import fingerprint
 from app.service.analyses import AnalysisService
 from app.service.jobs import ScanOutcome, StoredFile
 from app.service.pool import ScanPool
@@ -91,6 +92,77 @@ def test_fingerprint_ignores_volatile_parts() -> None:
     )
     assert fingerprint("oom", {"op": "ALLREDUCE"}) != fingerprint("oom", {"op": "BROADCAST"})
     assert fingerprint("oom", {}) != fingerprint("ecc", {})
+
+
+# what rows stored before fingerprints had versions hold: version 1 may never change
+V1_OOM = "6607afe94d03897df0ccca649b9abf06"
+
+
+def test_fingerprint_version_1_is_what_stored_rows_hold() -> None:
+    assert fingerprint("cuda-out-of-memory", {"size": "1.96 GiB", "host": "node-1"}, version=1) == V1_OOM
+    assert fingerprinting.matching("cuda-out-of-memory", {"size": "2 GiB"}) == [V1_OOM]
+
+
+@pytest.fixture
+def fingerprint_v2(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A second, coarser version (the rule id alone), registered and made current."""
+
+    def v2(rule_id: str, captures: fingerprinting.Captures) -> str:
+        return hashlib.sha256(f"2\x1f{rule_id}".encode()).hexdigest()[:32]
+
+    monkeypatch.setitem(fingerprinting.VERSIONS, 2, v2)
+    monkeypatch.setattr(fingerprinting, "CURRENT", 2)
+    fingerprinting._fingerprint.cache_clear()
+    yield
+    fingerprinting._fingerprint.cache_clear()
+
+
+def test_a_new_fingerprint_version_does_not_split_stored_recurrence(
+    db: Database, tmp_path: Path, analyze: Analyze, request: pytest.FixtureRequest
+) -> None:
+    oom = result_of(analyze, OOM.format(gib="1.5"))
+    old = store_analysis(db, tmp_path, oom, content=b"o1\n", meta=repo.JobMeta(job_id="j1"))
+    ecc_old = store_analysis(
+        db,
+        tmp_path,
+        result_of(analyze, ECC.format(ip="10.0.0.5")),
+        content=b"e1\n",
+        meta=repo.JobMeta(job_id="j9"),
+    )
+    request.getfixturevalue("fingerprint_v2")
+    store = blob_store_for(tmp_path / "data")
+    with store.writer() as w:
+        w.write(b"o2\n")
+        blob = w.finish()
+    store.commit(blob)
+    with db.write() as s:
+        row = repo.create_pending(s, meta=repo.JobMeta(job_id="j1"), token_id=None, runner="test:1")
+        item = repo.Completion(
+            analysis_id=row.id,
+            analysis=result_of(analyze, OOM.format(gib="2.5")),
+            library_version="0.1.0",
+            files=[repo.FileRecord("job.log", repo.StoredBlob(blob.sha256, blob.size, blob.stored_size))],
+            config=None,
+            rules=[],
+        )
+        [(new_row, standing)] = repo.complete_analyses(s, items=[item])
+        new = new_row.id
+    # as the upload is answered: the stored v1 repeat counts, and the same job once
+    rec = standing.recurrence
+    assert rec is not None and (rec.total, rec.jobs, rec.fingerprint_version) == (2, 1, 2)
+    with db.read() as s:
+        stored_new, stored_old = repo.get_analysis(s, analysis_id=new), repo.get_analysis(s, analysis_id=old)
+        assert (stored_new.fingerprint_version, stored_old.fingerprint_version) == (2, 1)
+        assert stored_new.fingerprint == fingerprint("cuda-out-of-memory", {}, version=2)
+        root = (stored_old.result or {})["root_cause"]
+        assert stored_old.fingerprint == fingerprint(root["rule_id"], root["captures"], version=1)
+        # read back later, from either side
+        for row in (stored_new, stored_old):
+            st = repo.standing_of(s, row=row, days=7, suspect_min_jobs=2)
+            assert st.recurrence is not None and (st.recurrence.total, st.recurrence.jobs) == (2, 1)
+        # a failure of another rule stays apart under both versions
+        ecc = repo.standing_of(s, row=repo.get_analysis(s, analysis_id=ecc_old), days=7, suspect_min_jobs=2)
+        assert ecc.recurrence is not None and ecc.recurrence.total == 1
 
 
 def test_complete_list_recurrence_and_suspects(db: Database, tmp_path: Path, analyze: Analyze) -> None:

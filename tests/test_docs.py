@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.engine.catalog import render_catalog
-from app.engine.library import Library
+from app.engine.pipeline.library import Library
+from app.engine.ruledev.catalog import render_catalog
 from tests.conftest import ROOT
 
 
@@ -41,9 +41,9 @@ def _contract_block() -> dict[str, set[str]]:
 
 
 def test_readme_json_contract_names_the_fields_the_code_emits(compiled) -> None:  # type: ignore[no-untyped-def]
-    from app.engine.ingest import collect_sources
     from app.engine.models import Analysis, Finding, Patch, PossibleCause
-    from app.engine.triage import TriageOptions, triage
+    from app.engine.pipeline.ingest import collect_sources
+    from app.engine.pipeline.triage import TriageOptions, triage
 
     block = _contract_block()
     assert set(block["Analysis"]) == set(Analysis.model_fields)

@@ -16,8 +16,8 @@ rules of b6167bd) before any rule was changed for it; tuned since, like the othe
 
 from __future__ import annotations
 
-from app.engine.evaluation import evaluate_corpus
-from app.engine.scan import CompiledLibrary
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.ruledev.evaluation import evaluate_corpus
 from tests.conftest import ROOT
 
 FLOORS = {
@@ -64,7 +64,7 @@ def test_no_false_alarm_on_a_healthy_or_ordinary_log(compiled: CompiledLibrary) 
 
 
 def test_calibration_table_counts_named_root_causes_by_band() -> None:
-    from app.engine.evaluation import Case, Report
+    from app.engine.ruledev.evaluation import Case, Report
 
     r = Report(
         [
@@ -89,7 +89,7 @@ TIMELINE_FLOORS = {"class": 0.95, "rank": 0.95, "phase": 0.95}
 
 
 def test_device_corpora_name_the_class_the_rank_and_the_phase(compiled: CompiledLibrary) -> None:
-    from app.engine.evaluation import evaluate_cases
+    from app.engine.ruledev.evaluation import evaluate_cases
 
     for corpus in ("gpu", "gloo"):
         rows = evaluate_cases(compiled, ROOT / "tests" / "corpus" / corpus / "cases.yaml")
@@ -106,7 +106,7 @@ def test_device_corpora_name_the_class_the_rank_and_the_phase(compiled: Compiled
 
 
 def test_split_detail_counts_precision_coverage_and_false_alarms() -> None:
-    from app.engine.evaluation import Case, Report
+    from app.engine.ruledev.evaluation import Case, Report
 
     r = Report(
         cases=[

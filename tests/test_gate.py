@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import timeline_model
-from app.engine.gate import Gated, gated
+from app.engine.timeline import model as timeline_model
+from app.engine.timeline.gate import Gated, gated
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,7 +97,7 @@ def test_literals_must_be_lowercase() -> None:
 def test_the_rank_gate_never_hides_a_rank_parse_context_finds() -> None:
     """`may_name_rank` lets the timeline skip lines that cannot name a rank: sound only if every
     line (and variant) parse_context gives a rank to passes it."""
-    from app.engine.lines import may_name_rank, parse_context
+    from app.engine.pipeline.lines import may_name_rank, parse_context
 
     lines = _corpus_lines()
     extra = [

@@ -131,10 +131,10 @@ save_checkpoint()
 def test_pyspy_hook_dumps_each_rank_and_the_report_names_the_odd_one(tmp_path: Path) -> None:
     import shutil
 
-    from app.engine.ingest import collect_sources
-    from app.engine.library import load_library
-    from app.engine.scan import CompiledLibrary
-    from app.engine.triage import TriageOptions, triage
+    from app.engine.pipeline.ingest import collect_sources
+    from app.engine.pipeline.library import load_library
+    from app.engine.pipeline.scan import CompiledLibrary
+    from app.engine.pipeline.triage import TriageOptions, triage
 
     pyspy = shutil.which("py-spy", path=VENV_BIN) or shutil.which("py-spy")
     if pyspy is None:

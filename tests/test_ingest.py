@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from app.engine.ingest import (
+from app.engine.pipeline.ingest import (
     ByteBudget,
     Source,
     collect_sources,
@@ -40,7 +40,7 @@ def test_plain_gzip_and_zstd_give_the_same_finding(analyze: Analyze) -> None:
 
 
 def test_stdin_stream_with_gzip_is_sniffed(compiled) -> None:  # type: ignore[no-untyped-def]
-    from app.engine.triage import triage
+    from app.engine.pipeline.triage import triage
 
     payload = gzip.compress((NOISE + OOM).encode())
     sources, _ = collect_sources(["-"], stdin=io.BytesIO(payload))
@@ -160,14 +160,14 @@ def test_expand_in_memory_gives_the_bytes_a_stream_gives() -> None:
         _streamed(truncated)
 
 
-# --- archives are refused by name (app.engine.archive) ---------------------------------------------
+# --- archives are refused by name (app.engine.pipeline.archive) ---------------------------------------------
 
 
 def test_archive_formats_are_named_and_logs_are_not() -> None:
     import bz2
     import lzma
 
-    from app.engine.archive import archive_format
+    from app.engine.pipeline.archive import archive_format
     from tests.hostile.corpus import SMALL, TAR_OF_LOGS, ZIP_OF_ZEROS, zip_of
 
     assert archive_format(ZIP_OF_ZEROS) == "zip"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.library import load_library
+from app.engine.pipeline.library import load_library
 from app.errors import RuleError
 from tests.conftest import make_rules_dir
 
@@ -74,8 +74,8 @@ def test_library_cache_is_keyed_by_file_stats(tmp_path: Path) -> None:
 
 
 def test_the_light_framework_list_equals_the_schema_type() -> None:
-    from app.engine.framework_names import FRAMEWORK_NAMES
-    from app.engine.library import FRAMEWORKS
+    from app.engine.pipeline.framework_names import FRAMEWORK_NAMES
+    from app.engine.pipeline.library import FRAMEWORKS
 
     assert FRAMEWORK_NAMES == FRAMEWORKS
 

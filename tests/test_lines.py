@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import lines
-from app.engine.lines import LineContext, normalise, parse_context
+from app.engine.pipeline import lines
+from app.engine.pipeline.lines import LineContext, normalise, parse_context
 
 
 @pytest.mark.parametrize(

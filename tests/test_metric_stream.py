@@ -1,4 +1,4 @@
-"""Metrics over the whole log (app.engine.metric_stream): what lies before its last lines is found
+"""Metrics over the whole log (app.engine.pipeline.metric_stream): what lies before its last lines is found
 through the scan's gate patterns and a sample, in state that does not grow with the log."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import regex
 
-from app.engine import metric_stream
-from app.engine.ingest import ByteBudget, Source
-from app.engine.metric_stream import METRIC_GATES, WHOLE_LOG_BYTES, MetricStream
-from app.engine.metrics import SPIKE_WINDOW, Checker, MetricPoint, check, parse_line
-from app.engine.scan import FileScan, _Scanner, scan_source
+from app.engine.pipeline import metric_stream
+from app.engine.pipeline.ingest import ByteBudget, Source
+from app.engine.pipeline.metric_stream import METRIC_GATES, WHOLE_LOG_BYTES, MetricStream
+from app.engine.pipeline.metrics import SPIKE_WINDOW, Checker, MetricPoint, check, parse_line
+from app.engine.pipeline.scan import FileScan, _Scanner, scan_source
 
 
 def _healthy(i: int) -> str:
@@ -50,8 +50,8 @@ def test_a_nan_mid_log_followed_by_50k_healthy_lines_is_found(compiled, tmp_path
 
 @pytest.mark.parametrize("how", ["parallel", "gzip"])
 def test_the_nan_mid_log_is_found_by_the_parallel_scan_and_in_a_stream(compiled, tmp_path, how) -> None:  # type: ignore[no-untyped-def]
-    from app.engine.ingest import collect_sources
-    from app.engine.triage import TriageOptions, triage
+    from app.engine.pipeline.ingest import collect_sources
+    from app.engine.pipeline.triage import TriageOptions, triage
 
     lines = [_healthy(i) for i in range(30_000)]
     lines.append("step 30000 loss 2.0 grad_norm inf lr 1e-05")
@@ -182,7 +182,7 @@ def test_the_stream_state_does_not_grow_with_the_log(compiled, monkeypatch) -> N
 
 
 def test_the_checker_bounds_its_names_and_issues() -> None:
-    from app.engine.metrics import MAX_ISSUES, MAX_NAMES
+    from app.engine.pipeline.metrics import MAX_ISSUES, MAX_NAMES
 
     c = Checker()
     for i in range(5000):
@@ -194,7 +194,7 @@ def test_the_checker_bounds_its_names_and_issues() -> None:
 def test_a_small_log_is_checked_exactly_as_the_line_parser_checks_it(compiled, tmp_path) -> None:  # type: ignore[no-untyped-def]
     lines = [_healthy(i) for i in range(200)] + ["step 200 loss 31.0 grad_norm nan lr 1e-05"]
     scan = _scan(compiled, _write(tmp_path / "small.log", lines))
-    from app.engine.metrics import parse_lines
+    from app.engine.pipeline.metrics import parse_lines
 
     want = check(parse_lines(list(enumerate(lines, 1)))).issues
     assert [(i.kind, i.name, i.line, i.baseline) for i, _ in scan.metric_issues] == [

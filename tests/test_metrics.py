@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from app.engine.metrics import check, parse_line, parse_lines
+from app.engine.pipeline.metrics import check, parse_line, parse_lines
 
 GPU = "tests/corpus/gpu"
 
@@ -154,8 +154,8 @@ def test_real_gpu_nan_run_is_parsed_from_its_log() -> None:
 
 
 def _analyse(compiled, path, **opts):  # type: ignore[no-untyped-def]
-    from app.engine.ingest import collect_sources
-    from app.engine.triage import TriageOptions, triage
+    from app.engine.pipeline.ingest import collect_sources
+    from app.engine.pipeline.triage import TriageOptions, triage
 
     sources, _ = collect_sources([str(path)])
     return triage(sources=sources, compiled=compiled, options=TriageOptions(**opts))
@@ -187,7 +187,7 @@ def test_the_metric_trigger_adds_nothing_when_a_text_rule_saw_it(compiled, tmp_p
 def test_metric_lines_agree_between_serial_parallel_and_gzip(compiled, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import gzip
 
-    from app.engine.scan import CHUNK
+    from app.engine.pipeline.scan import CHUNK
 
     log = tmp_path / "big.log"
     filler = "".join(

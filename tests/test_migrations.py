@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from app.db.migrate import current_revision, downgrade, ensure_current, head_revision, upgrade
 from app.db.models import Base
@@ -72,3 +73,28 @@ def test_db_cli_upgrade_current_downgrade(empty_url: str, tmp_path: Path) -> Non
     down = run_cli("db", "downgrade", "base", env=env)
     assert down.returncode == 0, down.stderr
     assert f"{head_revision()} -> empty" in down.stdout
+
+
+def test_0006_gives_stored_analyses_fingerprint_version_1_and_drops_it_again(empty_url: str) -> None:
+    engine = make_engine(empty_url)
+    try:
+        upgrade(engine, "0005")
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO analyses (id, created_at, status, source, labels, fingerprint) "
+                    "VALUES ('01J0000000000000000000000A', :t, 'done', 'api', '{}', 'abc')"
+                ),
+                {"t": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)},
+            )
+        upgrade(engine, "0006")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT fingerprint, fingerprint_version FROM analyses")).all() == [
+                ("abc", 1)
+            ]
+        downgrade(engine, "0005")
+        assert "fingerprint_version" not in {c["name"] for c in inspect(engine).get_columns("analyses")}
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT fingerprint FROM analyses")).all() == [("abc",)]
+    finally:
+        engine.dispose()

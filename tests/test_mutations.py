@@ -1,5 +1,5 @@
 """Every rule still fires on its must-match fixtures as other launchers, terminals and copies
-print them (app/engine/mutate.py)."""
+print them (app/engine/ruledev/mutate.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.ingest import collect_sources
-from app.engine.library import Rule
-from app.engine.mutate import MUTATIONS
-from app.engine.ruletest import fixture_cases
-from app.engine.scan import CompiledLibrary
-from app.engine.triage import TriageOptions, triage
+from app.engine.pipeline.ingest import collect_sources
+from app.engine.pipeline.library import Rule
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, triage
+from app.engine.ruledev.mutate import MUTATIONS
+from app.engine.ruledev.ruletest import fixture_cases
 
 
 def _fires(compiled: CompiledLibrary, rule_id: str, path: Path) -> bool:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.expr import ExprError, Missing, Scope, evaluate, render_template
-from app.engine.library import PatchSpec
-from app.engine.patches import ConfigView, compute_patches, config_diff, render_patch
+from app.engine.pipeline.expr import ExprError, Missing, Scope, evaluate, render_template
+from app.engine.pipeline.library import PatchSpec
+from app.engine.pipeline.patches import ConfigView, compute_patches, config_diff, render_patch
 from app.errors import ConfigFileError
 
 
@@ -212,7 +212,7 @@ def test_a_computed_value_that_cannot_work_is_not_offered() -> None:
 
 
 def test_framework_patches_appear_only_for_the_detected_framework() -> None:
-    from app.engine.patches import select_specs
+    from app.engine.pipeline.patches import select_specs
 
     general = PatchSpec.model_validate(
         {"target": "env", "path": ["NCCL_DEBUG"], "value": "WARN", "why": "more detail"}

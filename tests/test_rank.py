@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.ingest import collect_sources
-from app.engine.library import load_library
-from app.engine.scan import CompiledLibrary
-from app.engine.triage import TriageOptions, triage
+from app.engine.pipeline.ingest import collect_sources
+from app.engine.pipeline.library import load_library
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, triage
 from tests.conftest import RULES, make_rules_dir
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from app.engine.redact import redact_stream, redact_text
+from app.engine.pipeline.redact import redact_stream, redact_text
 from tests.conftest import Analyze
 
 SECRETS = [
@@ -99,7 +99,7 @@ def test_json_escaped_key_on_one_line() -> None:
 def test_pathological_line_is_withheld_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     import regex
 
-    from app.engine import redact
+    from app.engine.pipeline import redact
 
     slow = regex.compile(r"(a|aa)+c")
     monkeypatch.setattr(redact, "_PATTERNS", {"slow": slow.pattern})
@@ -151,7 +151,7 @@ def _hint_probes() -> list[str]:
 def test_literal_hints_skip_only_rules_that_cannot_match(monkeypatch: pytest.MonkeyPatch) -> None:
     from collections import Counter
 
-    from app.engine import redact
+    from app.engine.pipeline import redact
 
     assert {kind for kind, _ in redact.RULES} <= set(redact._HINTS)  # every rule gets the fast path
     probes = _hint_probes()
@@ -220,7 +220,7 @@ def test_xml_element_value_on_its_own_line() -> None:
 def test_rule_kinds_are_unique() -> None:
     # a kind names its compiled rule and its hint: a second rule under the same kind would
     # silently replace the first
-    from app.engine import redact
+    from app.engine.pipeline import redact
 
     assert len(redact.RULES) == len(redact._PATTERNS)
 

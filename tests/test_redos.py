@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from app.engine import redos
-from app.engine.ingest import collect_sources
-from app.engine.library import load_library
-from app.engine.scan import CompiledLibrary
-from app.engine.triage import TriageOptions, triage
+from app.engine.pipeline import redos
+from app.engine.pipeline.ingest import collect_sources
+from app.engine.pipeline.library import load_library
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, triage
 from app.errors import LogtriageError
 from tests.conftest import make_rules_dir
 
@@ -74,7 +74,7 @@ def test_every_pattern_holds_its_time_budget_on_adversarial_lines(compiled: Comp
     pattern that did would cost 0.2 s per such line (a DoS by log content) and skip the line.
     Quadratic shapes found this way (a match that can start anywhere inside a long run) are
     anchored with a lookbehind in the rules."""
-    from app.engine.scan import MAX_VERIFY_CHARS, VERIFY_TIMEOUT
+    from app.engine.pipeline.scan import MAX_VERIFY_CHARS, VERIFY_TIMEOUT
 
     lines = 0
     over: list[str] = []
@@ -94,7 +94,7 @@ def test_adversarial_lines_reach_the_backtracking() -> None:
     pass by not trying): `\\d+ Workers` on a long run of digits."""
     import regex
 
-    from app.engine.scan import MAX_VERIFY_CHARS
+    from app.engine.pipeline.scan import MAX_VERIFY_CHARS
 
     lines = redos.adversarial_lines(r"\d+ Workers killed", MAX_VERIFY_CHARS)
     assert any(len(line) >= MAX_VERIFY_CHARS and set(line[:1000]) <= set("0123456789") for line in lines)
@@ -110,8 +110,8 @@ def test_redaction_rules_pass_the_redos_check_and_hold_their_budget() -> None:
     on the lines built to make it work hardest (a line that did would be withheld whole)."""
     import regex
 
-    from app.engine.redact import RULES
-    from app.engine.scan import MAX_VERIFY_CHARS
+    from app.engine.pipeline.redact import RULES
+    from app.engine.pipeline.scan import MAX_VERIFY_CHARS
 
     assert {kind: redos.backtracking_risk(p) for kind, p in RULES if redos.backtracking_risk(p)} == {}
     over = []

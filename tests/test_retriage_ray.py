@@ -21,7 +21,10 @@ from app.db import repo
 from app.db.migrate import upgrade
 from app.db.repo import JobMeta
 from app.db.session import Database
-from app.retriage import (
+from app.service import analyses, worker
+from app.service.analyses import commit_blobs
+from app.service.jobs import InputFile, JobError, RetriageJob, ScanJob, ScanOutcome, StoredInput
+from app.service.retriage import (
     Batch,
     Outcome,
     RayRunner,
@@ -31,9 +34,6 @@ from app.retriage import (
     retriage_analyses,
     run_batch,
 )
-from app.service import analyses, worker
-from app.service.analyses import commit_blobs
-from app.service.jobs import InputFile, JobError, RetriageJob, ScanJob, ScanOutcome, StoredInput
 from app.service.worker import init_local, scan_upload
 from app.settings import Settings
 from tests.conftest import RULES, make_rules_dir

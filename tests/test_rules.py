@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from app.engine.library import Library, LoadedRule, load_library
-from app.engine.ruletest import fixture_cases, lint, run_baseline, run_fixture
-from app.engine.scan import CompiledLibrary
+from app.engine.pipeline.library import Library, LoadedRule, load_library
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.ruledev.ruletest import fixture_cases, lint, run_baseline, run_fixture
 from tests.conftest import RULES
 
 _LIB = load_library(RULES)

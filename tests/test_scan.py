@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.ingest import collect_sources
-from app.engine.library import load_library
 from app.engine.models import Analysis
-from app.engine.scan import CHUNK, CompiledLibrary
-from app.engine.triage import TriageOptions, triage
+from app.engine.pipeline.ingest import collect_sources
+from app.engine.pipeline.library import load_library
+from app.engine.pipeline.scan import CHUNK, CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, triage
 from tests.conftest import RULES, make_rules_dir
 
 OOM = (
@@ -192,7 +192,7 @@ def test_compiled_cache_is_reused(tmp_path: Path, engine: str) -> None:
 def test_context_patterns_scan_head_and_tail_only(compiled: CompiledLibrary, tmp_path: Path) -> None:
     # Facts and framework banners are searched in the first and last CONTEXT_BYTES of a plain
     # file; rules everywhere. Both engines follow the same policy (see the equality test).
-    from app.engine.scan import CONTEXT_BYTES
+    from app.engine.pipeline.scan import CONTEXT_BYTES
 
     filler = ("x" * 99 + "\n") * ((CONTEXT_BYTES + (2 << 20)) // 100)
     head = "  max_tokens_per_gpu .............................. 9216\n"
@@ -295,7 +295,7 @@ def test_whole_message_counts_once_with_the_main_captures(signed: CompiledLibrar
 
 
 def test_signatures_are_checked_by_lint_and_schema(tmp_path: Path) -> None:
-    from app.engine.ruletest import lint
+    from app.engine.ruledev.ruletest import lint
     from app.errors import RuleError
 
     root = make_rules_dir(tmp_path, {"ray/ray-oom-table.yaml": SIGNED_RULE})

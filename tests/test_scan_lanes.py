@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from app.engine.ingest import Source
-from app.engine.redact import redact_stream
-from app.engine.triage import TriageOptions, triage
+from app.engine.pipeline.ingest import Source
+from app.engine.pipeline.redact import redact_stream
+from app.engine.pipeline.triage import TriageOptions, triage
 from app.service import jobs, redaction, worker
 from app.service.jobs import InputFile, ScanJob, ScanOutcome
 from app.service.pool import BULK_NICE, POOL_NICE, ScanPool

@@ -23,7 +23,7 @@ import yaml
 import zstandard
 from sqlalchemy import MetaData, create_engine, select
 
-from app.engine.redact import redact_stream, redact_text
+from app.engine.pipeline.redact import redact_stream, redact_text
 from app.http.accesslog import ScrubQuery, scrub_target
 from tests.conftest import ROOT
 from tests.servicekit import LiveServer, blob_files, wait_done
@@ -71,7 +71,7 @@ def test_no_false_redaction_on_any_corpus_log() -> None:
 @pytest.mark.parametrize("offset", range(-40, 41, 8))
 def test_a_secret_across_the_forced_cut_of_a_huge_line_is_still_redacted(offset: int) -> None:
     secret = "hf_" + "Qz9" * 12
-    from app.engine.redact import LONG_LINE_CUT
+    from app.engine.pipeline.redact import LONG_LINE_CUT
 
     head = LONG_LINE_CUT + offset - 10  # the stream cuts a line it cannot end within a window
     line = ("w " * (head // 2))[:head] + secret + " and more" + " z" * 500 + "\n"
@@ -200,7 +200,7 @@ _KEYED = [
 def test_the_forced_cut_never_parts_a_secret_from_its_key(
     kind: str, key: str, secret: str, offset: int
 ) -> None:
-    from app.engine.redact import LONG_LINE_CUT
+    from app.engine.pipeline.redact import LONG_LINE_CUT
 
     # the key ends `offset` bytes from the end of the first piece the stream must cut
     head = LONG_LINE_CUT + offset - len(key)
@@ -213,7 +213,7 @@ def test_the_forced_cut_never_parts_a_secret_from_its_key(
 @pytest.mark.parametrize("offset", [-30, -12, -4, -1])
 def test_a_secret_at_the_end_of_a_run_without_delimiters_is_not_split(offset: int) -> None:
     # a huge query string has no delimiter to cut after: the cut moves before the secret
-    from app.engine.redact import LONG_LINE_CUT
+    from app.engine.pipeline.redact import LONG_LINE_CUT
 
     secret = "q8Kd2Zr9XwP0aLmN3bV5cT7yU1iO4eR6tY8uI0oP2s"
     head = "https://ckpts.blob.core.windows.net/x?" + "a=b&" * (LONG_LINE_CUT // 4)

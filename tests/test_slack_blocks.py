@@ -106,7 +106,7 @@ def test_an_unknown_result_says_what_to_collect() -> None:
 
 
 def test_remediation_becomes_mrkdwn_and_inserted_values_stay_literal() -> None:
-    from app.engine.triage import md_literal
+    from app.engine.pipeline.triage import md_literal
     from app.slack.blocks import mrkdwn
 
     captured = md_literal("[click](https://evil.example/x) **now** <!channel>")

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.failslow import change_point
-from app.engine.ingest import collect_sources
-from app.engine.scan import CompiledLibrary
-from app.engine.timeline import judge_collectives
-from app.engine.timeline_model import CollectiveRow, phase_of
-from app.engine.triage import TriageOptions, triage
+from app.engine.pipeline.ingest import collect_sources
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, triage
+from app.engine.timeline.builder import judge_collectives
+from app.engine.timeline.failslow import change_point
+from app.engine.timeline.model import CollectiveRow, phase_of
 
 GPU = Path("tests/corpus/gpu")
 
@@ -206,14 +206,14 @@ def test_py_spy_dumps_of_the_ranks_are_merged_and_the_odd_rank_named(compiled: C
     assert b.timeline["stacks"] is None
 
 
-# --- where each rank stopped, who got further (app.engine.forensics) ------------------------------
+# --- where each rank stopped, who got further (app.engine.timeline.forensics) ------------------------------
 
 GLOO = Path("tests/corpus/gloo")
 
 
 def _sites(text: str) -> dict[int, object]:
-    from app.engine.forensics import call_sites
-    from app.engine.lines import parse_context
+    from app.engine.pipeline.lines import parse_context
+    from app.engine.timeline.forensics import call_sites
 
     lines = []
     for n, raw in enumerate(text.splitlines(), 1):
@@ -264,7 +264,7 @@ def test_the_watchdogs_stack_of_the_failed_collective_is_read_innermost_first() 
 
 
 def test_progress_comparison_is_not_fooled_by_lines_every_step_repeats() -> None:
-    from app.engine.forensics import Progress, compare, normalise, ordering
+    from app.engine.timeline.forensics import Progress, compare, normalise, ordering
 
     step = ["rollout: generating 16 x 16 tokens", "train: update on 16 sequences"]
     common = [*step, "step 9 loss 0.81 step_time 0.008", *step, "step 10 loss 0.77 step_time 0.009"]
@@ -359,7 +359,7 @@ def test_torchruns_first_failure_names_the_killed_rank_when_nothing_else_does(
     assert v["kind"] == "first_failure" and v["ranks"] == [1] and "Signal 9" in v["summary"]
 
 
-# --- flight recorder dumps (app.engine.flight) -----------------------------------------------------
+# --- flight recorder dumps (app.engine.timeline.flight) -----------------------------------------------------
 
 
 def test_a_flight_recorder_pickle_is_read_as_text_and_judged(compiled: CompiledLibrary) -> None:
@@ -376,7 +376,7 @@ def test_a_flight_recorder_pickle_is_read_as_text_and_judged(compiled: CompiledL
 def test_a_pickle_that_asks_for_any_class_is_refused_not_run(tmp_path: Path) -> None:
     import pickle
 
-    from app.engine import flight
+    from app.engine.timeline import flight
 
     class Boom:
         def __reduce__(self):  # type: ignore[no-untyped-def]

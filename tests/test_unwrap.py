@@ -1,15 +1,15 @@
-"""Rows a terminal wrapped are joined back (app/engine/unwrap.py) and scanned again, once."""
+"""Rows a terminal wrapped are joined back (app/engine/pipeline/unwrap.py) and scanned again, once."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from app.engine.ingest import collect_sources
 from app.engine.models import Analysis
-from app.engine.mutate import wrapped
-from app.engine.scan import CompiledLibrary
-from app.engine.triage import TriageOptions, triage
-from app.engine.unwrap import joined_lines, wrap_width
+from app.engine.pipeline.ingest import collect_sources
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, triage
+from app.engine.pipeline.unwrap import joined_lines, wrap_width
+from app.engine.ruledev.mutate import wrapped
 
 KV = (
     "(EngineCore pid=316) ValueError: To serve at least one request with the model's max seq len "

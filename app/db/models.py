@@ -19,6 +19,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -177,6 +178,9 @@ class Analysis(Base):
     root_rule_id: Mapped[str | None] = mapped_column(String(100))
     root_title: Mapped[str | None] = mapped_column(String(300))  # searched by the history page
     fingerprint: Mapped[str | None] = mapped_column(String(32))
+    # the algorithm `fingerprint` and the findings' fingerprints were computed with
+    # (app.engine.fingerprint.VERSIONS)
+    fingerprint_version: Mapped[int] = mapped_column(SmallInteger, server_default="1")
     framework_detected: Mapped[str | None] = mapped_column(String(32), index=True)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)

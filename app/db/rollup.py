@@ -19,11 +19,11 @@ Upserts lock keys in sorted order so concurrent writers of one fingerprint never
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, delete, func, select, update
+from sqlalchemy import Table, delete, distinct, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -36,6 +36,7 @@ from app.db.models import (
     RecurrenceJob,
     table_of,
 )
+from app.engine import fingerprint as fingerprinting
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Contribution:
 @dataclass(frozen=True)
 class Recurrence:
     fingerprint: str
+    fingerprint_version: int  # the algorithm of `fingerprint` (app.engine.fingerprint)
     total: int
     in_window: int
     window_days: int
@@ -153,7 +155,7 @@ def uncount(session: Session, c: Contribution) -> None:
         select(
             func.count(), func.min(Analysis.created_at), func.max(Analysis.created_at), func.min(Analysis.id)
         )
-        .where(*_counted(fp), Analysis.id != c.analysis_id)
+        .where(*_counted([fp]), Analysis.id != c.analysis_id)
         .where(Analysis.created_at >= start, Analysis.created_at < start + dt.timedelta(days=1))
     ).one()
     key = (RecurrenceDay.fingerprint == fp, RecurrenceDay.day == c.day)
@@ -172,8 +174,26 @@ def _decrement(session: Session, model: type[RecurrenceJob | RecurrenceHost], *k
     session.execute(delete(model).where(*key, model.analyses <= 0))
 
 
-def _counted(fp: str) -> tuple[Any, ...]:
-    return (Analysis.fingerprint == fp, Analysis.status == "done", Analysis.duplicate_of_id.is_(None))
+def _counted(fps: Sequence[str]) -> tuple[Any, ...]:
+    return (_among(Analysis.fingerprint, fps), Analysis.status == "done", Analysis.duplicate_of_id.is_(None))
+
+
+def _among(column: Any, fps: Sequence[str]) -> Any:
+    # one key (one fingerprint version registered): the statements recurrence always ran
+    return column == fps[0] if len(fps) == 1 else column.in_(fps)
+
+
+def other_versions(row: Analysis) -> list[str]:
+    """The root cause's fingerprints under the other registered fingerprint versions: stored
+    repeats of it are counted under those keys too (app.engine.fingerprint)."""
+    root = (row.result or {}).get("root_cause")
+    if not root or not row.fingerprint:
+        return []
+    return [
+        fp
+        for fp in fingerprinting.matching(root["rule_id"], root.get("captures") or {})
+        if fp != row.fingerprint
+    ]
 
 
 def recurrence(
@@ -183,13 +203,18 @@ def recurrence(
     days: int,
     now: dt.datetime | None = None,
     pending: Iterable[Contribution] = (),
+    version: int | None = None,
+    also: Sequence[str] = (),
 ) -> Recurrence | None:
     """Recurrence of a fingerprint from the counters: cost bounded by days, jobs and hosts seen.
 
     `pending` are analyses being stored in this transaction, not counted yet: they are added
     here, so the caller can write the counters as the last thing before commit (their rows are
-    the ones every upload of a common failure contends for).
+    the ones every upload of a common failure contends for). `also`: the same failure's
+    fingerprints under the other versions (`other_versions`), counted with it; `version` is the
+    one `fingerprint_` was computed with.
     """
+    fps = [fingerprint_, *(fp for fp in also if fp != fingerprint_)]
     now = now or dt.datetime.now(dt.UTC)
     cutoff = now - dt.timedelta(days=days)
     cut_day = cutoff.astimezone(dt.UTC).date()
@@ -201,7 +226,7 @@ def recurrence(
             RecurrenceDay.first_at,
             RecurrenceDay.last_at,
             RecurrenceDay.first_analysis_id,
-        ).where(RecurrenceDay.fingerprint == fingerprint_)
+        ).where(_among(RecurrenceDay.fingerprint, fps))
     ).all()
     total = sum(int(r.analyses) for r in rows)
     in_window = sum(int(r.analyses) for r in rows if r.day > cut_day)
@@ -210,7 +235,7 @@ def recurrence(
         in_window += int(
             session.scalar(
                 select(func.count()).where(
-                    *_counted(fingerprint_),
+                    *_counted(fps),
                     Analysis.created_at >= cutoff,
                     Analysis.created_at < next_day,
                 )
@@ -219,11 +244,14 @@ def recurrence(
         )
     firsts = [(_aware(r.first_at), r.first_analysis_id) for r in rows]
     lasts = [_aware(r.last_at) for r in rows]
-    mine = [c for c in pending if c.fingerprint == fingerprint_]
+    mine = [c for c in pending if c.fingerprint in fps]
     job_keys = sorted({c.job_key for c in mine})
     new_hosts = sorted({h for c in mine for h in c.hosts})
-    jobs_q = select(func.count()).where(RecurrenceJob.fingerprint == fingerprint_)
-    hosts_q = select(func.count()).where(RecurrenceHost.fingerprint == fingerprint_)
+    # under several keys a job or host may be counted under each: count it once
+    n_job = func.count() if len(fps) == 1 else func.count(distinct(RecurrenceJob.job_key))
+    n_host = func.count() if len(fps) == 1 else func.count(distinct(RecurrenceHost.host))
+    jobs_q = select(n_job).where(_among(RecurrenceJob.fingerprint, fps))
+    hosts_q = select(n_host).where(_among(RecurrenceHost.fingerprint, fps))
     # one round trip: distinct jobs and hosts, and how many of the pending ones are known
     n_jobs, jobs_known, n_hosts, hosts_known = session.execute(
         select(
@@ -244,6 +272,7 @@ def recurrence(
     first_seen, first_id = min(firsts)
     return Recurrence(
         fingerprint=fingerprint_,
+        fingerprint_version=version or fingerprinting.CURRENT,
         total=total,
         in_window=in_window,
         window_days=days,

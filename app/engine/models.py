@@ -88,6 +88,6 @@ class Analysis(BaseModel):
     # when there is no root cause: what the log suggests, each with what would decide it
     possible_causes: list[PossibleCause] = Field(default_factory=list)
     # when, where and why it stopped: per-rank state, collective forensics, metric history,
-    # fail-slow (app.engine.timeline; None when the logs hold nothing to build it from)
+    # fail-slow (app.engine.timeline.builder; None when the logs hold nothing to build it from)
     timeline: dict[str, Any] | None = None
     stats: dict[str, Any] = Field(default_factory=dict)  # bytes, lines, seconds, engine

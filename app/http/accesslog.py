@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from urllib.parse import parse_qsl
 
-from app.engine.redact import redact_text
+from app.engine.pipeline.redact import redact_text
 
 
 def scrub_target(target: str) -> str:

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse
 
 from app import __version__
 from app.blobstore import open_blob_store
-from app.engine.library import load_library
+from app.engine.pipeline.library import load_library
 from app.errors import NotFoundError
 from app.http import accesslog, errors, health, memory, openapi
 from app.http.authcache import AuthCache

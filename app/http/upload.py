@@ -31,8 +31,8 @@ from fastapi import Request
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 
-from app.engine.archive import ARCHIVE_HEAD, check_not_archive
-from app.engine.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
+from app.engine.pipeline.archive import ARCHIVE_HEAD, check_not_archive
+from app.engine.pipeline.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
 from app.errors import (
     ForbiddenError,
     InputError,
@@ -676,7 +676,7 @@ def _redacted_meta(meta: Any) -> Any:
     """Metadata as stored and shown: a secret in a job id, host, source or label goes the way of
     one in the log. A label is checked as `key=value`, so `WANDB_API_KEY=...` is seen as the
     assignment it is."""
-    from app.engine.redact import redact_text
+    from app.engine.pipeline.redact import redact_text
 
     labels = {}
     for key, value in (meta.labels or {}).items():
@@ -696,7 +696,7 @@ def _redacted_meta(meta: Any) -> Any:
 
 
 def _redacted_name(f: InputFile) -> InputFile:
-    from app.engine.redact import redact_text
+    from app.engine.pipeline.redact import redact_text
 
     name = redact_text(f.name)
     return f if name == f.name else InputFile(name, f.path, data=f.data)

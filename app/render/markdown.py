@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.engine.models import Analysis, Finding
-from app.engine.patches import ray_env_block
+from app.engine.pipeline.patches import ray_env_block
 from app.render.timeline_table import clock_notes, rows
 
 

@@ -6,7 +6,7 @@ import re
 import textwrap
 
 from app.engine.models import Analysis, Finding, Patch
-from app.engine.patches import ray_env_block
+from app.engine.pipeline.patches import ray_env_block
 from app.render.timeline_table import clock_notes, text_table
 
 # values from the log sit in the Markdown remediation backslash-escaped (see triage.md_literal)

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from app.engine.lines import parse_context
+from app.engine.pipeline.lines import parse_context
 
 MAX_ROWS = 12  # the named ranks always show; the others fill up to this many rows
 _LOG_HEAD = re.compile(r"^(?:[A-Z]+\s+)?(?:\[rank\d+\]\s+)?(?:[\w.-]+:\s)?")

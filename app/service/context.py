@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from app.blobstore import BlobStore
 from app.db.session import Database
-from app.engine.library import Library
+from app.engine.pipeline.library import Library
 from app.service.analyses import AnalysisService
 from app.service.pool import ScanPool
 from app.settings import Settings

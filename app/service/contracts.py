@@ -61,6 +61,7 @@ class FileInfo(BaseModel):
 
 class RecurrenceInfo(BaseModel):
     fingerprint: str
+    fingerprint_version: int = Field(description="The fingerprint algorithm's version (grouping).")
     total: int
     in_window: int
     window_days: int

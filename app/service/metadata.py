@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.db.repo import JobMeta as JobMeta  # stored with the analysis; the edges build it
-from app.engine.library import Framework
+from app.engine.pipeline.library import Framework
 from app.errors import ValidationFailedError
 
 __all__ = [

@@ -63,6 +63,7 @@ def recurrence_text(rec: Recurrence) -> str:
 def recurrence_dict(rec: Recurrence) -> dict[str, Any]:
     return {
         "fingerprint": rec.fingerprint,
+        "fingerprint_version": rec.fingerprint_version,
         "total": rec.total,
         "in_window": rec.in_window,
         "window_days": rec.window_days,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from app.blobstore import BlobStore, BlobWriter, PendingBlob
-from app.engine.ingest import (
+from app.engine.pipeline.ingest import (
     RATIO_FLOOR,
     ByteBudget,
     Guard,
@@ -35,7 +35,7 @@ from app.engine.ingest import (
     open_source,
     rank_from_name,
 )
-from app.engine.redact import redact_stream, redact_text
+from app.engine.pipeline.redact import redact_stream, redact_text
 from app.errors import DISK_FULL_ERRNOS, InputError, InputTooLargeError, disk_full
 from app.service.jobs import InputFile
 from app.service.spool import GrowingFile
@@ -288,8 +288,8 @@ def redact_bytes(
 ) -> tuple[PendingBlob, bytes]:
     """A small plain upload that arrived in memory: checked (text samples over all of it),
     redacted and staged; the redacted text is scanned from memory. A PyTorch flight-recorder
-    dump (a pickle) is stored and scanned as its text rendition (app.engine.flight)."""
-    from app.engine import flight
+    dump (a pickle) is stored and scanned as its text rendition (app.engine.timeline.flight)."""
+    from app.engine.timeline import flight
 
     rendered = flight.as_text(data, rank=rank_from_name(name)) if data[:1] == b"\x80" else None
     if rendered is not None:

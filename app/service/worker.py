@@ -18,17 +18,17 @@ from typing import Any
 
 from app.blobstore import BlobStore, PendingBlob, open_blob_store
 from app.db.repo import RuleRecord
-from app.engine.ingest import (
+from app.engine.pipeline.ingest import (
     GZIP_MAGIC,
     ZSTD_MAGIC,
     ByteBudget,
     Source,
     rank_from_name,
 )
-from app.engine.library import Library, load_library
-from app.engine.patches import ConfigView
-from app.engine.scan import CompiledLibrary
-from app.engine.triage import TriageOptions, default_cache_dir, triage
+from app.engine.pipeline.library import Library, load_library
+from app.engine.pipeline.patches import ConfigView
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, default_cache_dir, triage
 from app.errors import (
     InputError,
     LogtriageError,

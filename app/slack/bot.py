@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.engine.redact import redact_text
+from app.engine.pipeline.redact import redact_text
 from app.errors import (
     AuthError,
     InputError,

@@ -11,10 +11,10 @@ from typing import Any
 import markupsafe
 import regex
 
-from app.engine.library import Library
 from app.engine.models import Analysis as AnalysisModel
 from app.engine.models import Patch
-from app.engine.patches import ray_env_block
+from app.engine.pipeline.library import Library
+from app.engine.pipeline.patches import ray_env_block
 from app.render.markdown import render_markdown
 from app.service.present import service_markdown
 

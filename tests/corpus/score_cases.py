@@ -1,6 +1,6 @@
 """Score device corpora (tests/corpus/gpu, tests/corpus/gloo: cases.yaml) case by case: the class,
 and for hangs, desyncs and stragglers the rank(s) and phase the report names. `logtriage eval`
-runs the same scoring (app.engine.evaluation.evaluate_cases) with the rest of the corpus.
+runs the same scoring (app.engine.ruledev.evaluation.evaluate_cases) with the rest of the corpus.
 
     python tests/corpus/score_cases.py tests/corpus/gpu tests/corpus/gloo
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from app.engine.evaluation import Report, evaluate_cases
-from app.engine.library import load_library
-from app.engine.scan import CompiledLibrary
+from app.engine.ruledev.evaluation import Report, evaluate_cases
+from app.engine.pipeline.library import load_library
+from app.engine.pipeline.scan import CompiledLibrary
 
 
 def main(corpora: list[str]) -> int:

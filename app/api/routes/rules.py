@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from app.api.schemas import LibraryInfo, RuleDetail, RuleSummary
-from app.engine.library import Library, Rule
+from app.engine.pipeline.library import Library, Rule
 from app.errors import NotFoundError
 from app.http.deps import CtxDep, ReadDep
 from app.http.openapi import problems

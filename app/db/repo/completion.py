@@ -24,8 +24,8 @@ from app.db.models import (
 from app.db.repo.common import finding_hosts, insert_ignore
 from app.db.repo.lifecycle import Draft, pending_row
 from app.db.repo.standing import Standing, result_hardware_hosts, standing_of, suspect_hosts
+from app.engine import fingerprint as fingerprinting
 from app.errors import NotFoundError
-from app.fingerprint import fingerprint
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,10 @@ def root_hosts(row: Analysis, analysis: dict[str, Any]) -> list[str]:
     """Hosts of the findings that carry the root cause's fingerprint (recurrence counts them)."""
     out: list[str] = []
     for f in analysis.get("findings") or []:
-        if fingerprint(f["rule_id"], f.get("captures") or {}) == row.fingerprint:
+        fp = fingerprinting.fingerprint(
+            f["rule_id"], f.get("captures") or {}, version=row.fingerprint_version
+        )
+        if fp == row.fingerprint:
             out += finding_hosts(row, f)
     return out
 
@@ -120,7 +123,11 @@ def set_result(row: Analysis, analysis: dict[str, Any], library_version: str) ->
     row.root_kind = root["kind"] if root else "unknown"
     row.root_rule_id = root["rule_id"] if root else None
     row.root_title = str(root["title"])[:300] if root else None
-    row.fingerprint = fingerprint(root["rule_id"], root.get("captures") or {}) if root else None
+    # findings' fingerprints (insert_findings) are computed with the same, current, version
+    row.fingerprint_version = fingerprinting.CURRENT
+    row.fingerprint = (
+        fingerprinting.fingerprint(root["rule_id"], root.get("captures") or {}) if root else None
+    )
     row.framework_detected = fw.get("name")
 
 
@@ -146,7 +153,7 @@ def insert_findings(
                     "role": f["role"],
                     "confidence": float(f["confidence"]),
                     "count": int(f["count"]),
-                    "fingerprint": fingerprint(f["rule_id"], f.get("captures") or {}),
+                    "fingerprint": fingerprinting.fingerprint(f["rule_id"], f.get("captures") or {}),
                 }
             )
             owners.append((row, f))
@@ -372,17 +379,18 @@ def _standings(
     suspect_min_jobs: int,
 ) -> list[Standing]:
     """Recurrence (one query set per fingerprint) and suspect hosts (one query) of a group."""
+    keys = {
+        row.id: (row.fingerprint, tuple(rollup.other_versions(row))) for row, _ in pairs if row.fingerprint
+    }
     recs = {
-        fp: rollup.recurrence(session, fingerprint_=fp, days=days, pending=pending)
-        for fp in sorted({row.fingerprint for row, _ in pairs if row.fingerprint})
+        (fp, also): rollup.recurrence(session, fingerprint_=fp, days=days, pending=pending, also=also)
+        for fp, also in sorted(set(keys.values()))
     }
     hardware = [set(result_hardware_hosts(row, c.analysis)) for row, c in pairs]
     every = sorted(set().union(*hardware))
     suspects = suspect_hosts(session, days=days, min_jobs=suspect_min_jobs, only=every) if every else []
     return [
-        Standing(
-            recs.get(row.fingerprint) if row.fingerprint else None, [s for s in suspects if s.host in mine]
-        )
+        Standing(recs[keys[row.id]] if row.id in keys else None, [s for s in suspects if s.host in mine])
         for (row, _), mine in zip(pairs, hardware, strict=True)
     ]
 

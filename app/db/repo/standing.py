@@ -122,7 +122,17 @@ def standing_of(
     """Recurrence and suspect hosts of a stored, finished analysis."""
     if row.status != "done" or row.result is None:
         return Standing()
-    rec = rollup.recurrence(session, fingerprint_=row.fingerprint, days=days) if row.fingerprint else None
+    rec = (
+        rollup.recurrence(
+            session,
+            fingerprint_=row.fingerprint,
+            days=days,
+            version=row.fingerprint_version,
+            also=rollup.other_versions(row),
+        )
+        if row.fingerprint
+        else None
+    )
     hosts = hardware_hosts(session, analysis_id=row.id)
     suspects = suspect_hosts(session, days=days, min_jobs=suspect_min_jobs, only=hosts) if hosts else []
     return Standing(rec, suspects)

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.engine.framework_names import FRAMEWORK_NAMES
+from app.engine.pipeline.framework_names import FRAMEWORK_NAMES
 from app.errors import LogtriageError, UsageError, ValidationFailedError
 from app.http.deps import CtxDep
 from app.http.shared import base_url, parse_time

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
-from app.engine.library import LoadedRule
+from app.engine.pipeline.library import LoadedRule
 from app.errors import NotFoundError
 from app.http.deps import CtxDep
 from app.service import rules as rules_service

@@ -10,7 +10,7 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from app.engine.library import FRAMEWORKS
+from app.engine.pipeline.library import FRAMEWORKS
 from app.errors import ForbiddenError, LogtriageError
 from app.http.deps import CtxDep
 from app.http.shared import base_url

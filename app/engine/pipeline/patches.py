@@ -21,9 +21,9 @@ from typing import Any
 
 import regex
 
-from app.engine.expr import ExprError, Missing, Scope, render_template
-from app.engine.library import PatchSpec, PatchTarget
 from app.engine.models import Patch
+from app.engine.pipeline.expr import ExprError, Missing, Scope, render_template
+from app.engine.pipeline.library import PatchSpec, PatchTarget
 from app.errors import ConfigFileError
 
 _FLAG = regex.compile(

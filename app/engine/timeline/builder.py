@@ -1,6 +1,6 @@
 """When, where and why a job stopped: per-rank timeline, collective forensics, fail-slow.
 
-Built from what the scan kept (app.engine.scan): the *probe* lines (watchdog, PG status,
+Built from what the scan kept (app.engine.pipeline.scan): the *probe* lines (watchdog, PG status,
 collective fingerprints, gloo timeouts, wherever they are in the logs), each file's last lines
 and its training metrics. Pure: no I/O.
 
@@ -26,10 +26,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from app.engine import clockskew, flight
-from app.engine.clock import parse_time, year_of
-from app.engine.failslow import fail_slow
-from app.engine.forensics import (
+from app.engine.timeline import clockskew, flight
+from app.engine.timeline.clock import parse_time, year_of
+from app.engine.timeline.failslow import fail_slow
+from app.engine.timeline.forensics import (
     OBJECT_COLLECTIVES,
     CallSite,
     call_sites,
@@ -37,8 +37,7 @@ from app.engine.forensics import (
     normalise,
     ordering,
 )
-from app.engine.stacks import stack_autopsy
-from app.engine.timeline_model import (
+from app.engine.timeline.model import (
     _FAILURE,
     _NOISE,
     CollectiveRow,
@@ -49,6 +48,7 @@ from app.engine.timeline_model import (
     phase_field,
     phase_of,
 )
+from app.engine.timeline.stacks import stack_autopsy
 
 # --- probes: scanned everywhere by the main multi-pattern pass ------------------------------------
 
@@ -330,7 +330,7 @@ _PEER_LOST = re.compile(
 
 
 def _rank_states(scans: Sequence[Any], year: int | None) -> dict[int, RankState]:
-    from app.engine.lines import may_name_rank, parse_context
+    from app.engine.pipeline.lines import may_name_rank, parse_context
 
     states: dict[int, RankState] = {}
     progress: dict[int, list[tuple[float, int, int, str]]] = defaultdict(list)
@@ -340,7 +340,7 @@ def _rank_states(scans: Sequence[Any], year: int | None) -> dict[int, RankState]
         in_trace: set[int] = set()  # ranks inside a traceback or stack dump: its lines are not progress
         for lineno, text in scan.tail:
             if text.startswith(("[FR rank", "# PyTorch flight recorder")):
-                continue  # a rendered flight-recorder dump (app.engine.flight): not the rank's output
+                continue  # a rendered flight-recorder dump (timeline/flight.py): not the rank's output
             if scan.rank_hint is None and not may_name_rank(text):
                 continue  # no rank on this line, none from its file: nothing to attribute it to
             ctx = parse_context(text)

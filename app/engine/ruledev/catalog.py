@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from app.engine.library import Library
+from app.engine.pipeline.library import Library
 
 
 def render_catalog(library: Library) -> str:

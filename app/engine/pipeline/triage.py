@@ -17,27 +17,25 @@ from typing import Any
 
 import regex
 
-from app.engine.clock import iso, parse_time
-from app.engine.expr import ExprError, Missing, Scope, render_template
-from app.engine.ingest import ByteBudget, Source, file_size, human_bytes, too_large
-from app.engine.library import FRAMEWORKS, TIMELINE_TRIGGERS, Library, Rule, Severity
-from app.engine.lines import parse_context
 from app.engine.models import Analysis, Evidence, Finding, FrameworkInfo, PossibleCause
-from app.engine.patches import ConfigView, compute_patches, config_diff, select_specs
-from app.engine.rank import Ranked, rank
-from app.engine.redact import redact_text
-from app.engine.scan import (
+from app.engine.pipeline import triggers
+from app.engine.pipeline.expr import ExprError, Missing, Scope, render_template
+from app.engine.pipeline.findings import RuleMatch
+from app.engine.pipeline.ingest import ByteBudget, Source, file_size, human_bytes, too_large
+from app.engine.pipeline.library import FRAMEWORKS, Library, Rule
+from app.engine.pipeline.patches import ConfigView, compute_patches, config_diff, select_specs
+from app.engine.pipeline.rank import Ranked, rank
+from app.engine.pipeline.redact import redact_text
+from app.engine.pipeline.scan import (
     CompiledLibrary,
     FileScan,
-    HitRecord,
-    RuleMatch,
     evaluate,
     scan_range,
     scan_source,
     split_points,
 )
-from app.engine.timeline import build as build_timeline
-from app.engine.timeline_model import Timeline
+from app.engine.timeline.builder import build as build_timeline
+from app.engine.timeline.clock import iso, parse_time
 
 # RL frameworks first: the most specific name is the one whose dialect patches speak.
 FRAMEWORK_ORDER = FRAMEWORKS
@@ -314,38 +312,6 @@ def _possible(r: Ranked, f: Finding, library: Library) -> PossibleCause:
     )
 
 
-def timeline_matches(library: Library, tl: Timeline) -> list[RuleMatch]:
-    """Findings the timeline establishes on its own (a collective desync, a rank that exited
-    without a word), as the rules its verdicts trigger."""
-    out: list[RuleMatch] = []
-    for lr in library.rules:
-        rule = lr.rule
-        if rule.trigger not in TIMELINE_TRIGGERS or rule.status.value == "deprecated":
-            continue
-        v = next(
-            (v for v in tl.verdicts if v.trigger == rule.trigger and v.failure_class == rule.failure_class),
-            None,
-        )
-        if v is None:
-            continue
-        m = RuleMatch(rule=rule, count=1, confidence=rule.confidence, signatures=["timeline"])
-        m.captures = {
-            "ranks": ", ".join(map(str, v.ranks)) or "?",
-            "seq": str(v.seq) if v.seq is not None else "?",
-            "summary": v.summary,
-        }
-        m.ranks = set(v.ranks)
-        for ev in v.evidence:
-            ctx = parse_context(ev.text)
-            m.evidence.append((ev.file, HitRecord(ev.line, ev.text, {}, ctx)))
-            m.files += [ev.file] if ev.file not in m.files else []
-        if m.evidence:
-            m.first = (0, m.evidence[0][1].line)
-            m.last = (0, m.evidence[-1][1].line)
-        out.append(m)
-    return out
-
-
 def _stamp_times(matches: list[RuleMatch], year: int | None) -> None:
     for m in matches:
         times = [t for _f, rec in m.evidence if (t := parse_time(rec.text, year_hint=year)) is not None]
@@ -372,94 +338,25 @@ def _check_plausibility(matches: list[RuleMatch]) -> list[str]:
     return notes
 
 
-METRIC_TRIGGERS = {
-    "metric_not_finite": "not_finite",
-    "metric_spike": "spike",
-    "metric_steps_skipped": "skipped",
-}
-
-
-def metric_matches(library: Library, scans: list[FileScan], *, seen: set[str]) -> list[RuleMatch]:
-    """Findings of the metric-triggered rules, from each file's parsed training metrics. A class
-    a text rule already reported is not reported twice."""
-    out: list[RuleMatch] = []
-    for lr in library.rules:
-        rule = lr.rule
-        kind = METRIC_TRIGGERS.get(rule.trigger or "")
-        if kind is None or rule.status.value == "deprecated" or rule.failure_class in seen:
-            continue
-        m = RuleMatch(rule=rule, confidence=rule.confidence, signatures=["metrics"])
-        for fi, scan in enumerate(scans):
-            issues = [(i, text) for i, text in scan.metric_issues if i.kind == kind]
-            if not issues:
-                continue
-            m.count += len(issues)
-            m.files.append(scan.name)
-            for issue, text in issues:
-                ctx = parse_context(text)
-                if ctx.rank is None:
-                    ctx.rank = scan.rank_hint
-                rec = HitRecord(issue.line, text, {}, ctx)
-                m.evidence.append((scan.name, rec))
-                if ctx.rank is not None:
-                    m.ranks.add(ctx.rank)
-                if ctx.where:
-                    m.hosts.add(ctx.where)
-                if (fi, issue.line) < m.first:
-                    m.first = (fi, issue.line)
-                    m.captures = {
-                        "metric": issue.name,
-                        "value": f"{issue.value:g}",
-                        **({"step": str(issue.step)} if issue.step is not None else {}),
-                        **({"baseline": f"{issue.baseline:g}"} if issue.baseline is not None else {}),
-                    }
-                m.last = max(m.last, (fi, issue.line))
-        if m.count:
-            m.evidence = m.evidence[:4]
-            out.append(m)
-    return out
-
-
-def _masked_exit_rule(library: Library) -> Rule | None:
-    for lr in library.rules:
-        if lr.rule.trigger == "exit_status_masked" and lr.rule.status.value != "deprecated":
-            return lr.rule
-    return None
-
-
-TAIL_LINES = 200  # an exception this close to the end of a log is what ended the job
-
-
-def _flag_masked_exit(ranked: list[Ranked], scans: list[FileScan], library: Library) -> None:
+def _masked_exit(ranked: list[Ranked], scans: list[FileScan], library: Library) -> None:
     """Exit status 0, yet the log ends in a fatal error: the job's status is masked.
 
-    The fatal error is the root cause when a rule knows it; otherwise an unhandled traceback in
-    the last lines of a log. With no other root cause, the masked status itself is the root
-    cause: it is what the user must fix first so that failures stop looking green."""
-    rule = _masked_exit_rule(library)
-    if rule is None:
-        return
-    root = next((r for r in ranked if r.role == "root_cause"), None)
-    evidence_of: RuleMatch | None = None
-    if root is not None and root.match.rule.severity.weight >= Severity.error.weight:
-        evidence_of = root.match
-    else:
-        for r in ranked:
-            fi, line = r.match.last
-            if r.failure_class == "python.unhandled_exception" and scans[fi].lines - line <= TAIL_LINES:
-                evidence_of = r.match
-                break
-    if evidence_of is None:
-        return
-    masked = RuleMatch(
-        rule=rule, count=1, first=evidence_of.first, last=evidence_of.last, confidence=rule.confidence
+    With no other root cause, the masked status itself is the root cause: it is what the user
+    must fix first so that failures stop looking green."""
+    rules = [lr.rule for lr in library.rules]
+    first = next(
+        (r for r in rules if r.status.value != "deprecated" and triggers.stage_of(r) == "exit_status"), None
     )
-    masked.evidence = evidence_of.evidence[-1:]
-    masked.files = evidence_of.files[-1:]
-    if root is None:
-        ranked.insert(0, Ranked(match=masked, role="root_cause", confidence=rule.confidence))
+    if first is None:
+        return
+    found = triggers.fire([first], "exit_status", triggers.TriggerInput(scans=scans, ranked=ranked))
+    if not found:
+        return
+    masked = found[0]
+    if not any(r.role == "root_cause" for r in ranked):
+        ranked.insert(0, Ranked(match=masked, role="root_cause", confidence=first.confidence))
     else:
-        ranked.append(Ranked(match=masked, role="related", confidence=rule.confidence))
+        ranked.append(Ranked(match=masked, role="related", confidence=first.confidence))
 
 
 def triage(
@@ -476,10 +373,12 @@ def triage(
     scans = scan_all(compiled, sources, jobs=opts.jobs, max_bytes=opts.max_bytes)
     t_scan = time.perf_counter() - t0
     matches = evaluate(compiled, scans, max_evidence=opts.max_evidence)
-    matches += metric_matches(library, scans, seen={m.rule.failure_class for m in matches})
+    rules = [lr.rule for lr in library.rules]
+    seen = frozenset(m.rule.failure_class for m in matches)
+    matches += triggers.fire(rules, "metrics", triggers.TriggerInput(scans=scans, seen=seen))
     implausible = _check_plausibility(matches)
     tl = build_timeline(scans)
-    matches += timeline_matches(library, tl)
+    matches += triggers.fire(rules, "timeline", triggers.TriggerInput(scans=scans, timeline=tl))
     _stamp_times(matches, tl.year)
     framework, detected = _detect_framework(scans, opts.framework)
 
@@ -491,7 +390,7 @@ def triage(
 
     ranked = rank(matches, library)
     if opts.exit_code == 0:
-        _flag_masked_exit(ranked, scans, library)
+        _masked_exit(ranked, scans, library)
 
     redactions: Counter[str] = Counter()
     problems: list[str] = []

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.db import repo
 from app.db.session import Database
-from app.engine.library import default_rules_dir
+from app.engine.pipeline.library import default_rules_dir
 from app.errors import LogtriageError, MissingExtraError, ServiceUnavailableError
 from app.service.analyses import retriage_job_of
 from app.service.jobs import JobError, RetriageJob, ScanOutcome
@@ -377,7 +377,7 @@ class RayRunner:
     # -- lifecycle --------------------------------------------------------------------------------
 
     def __enter__(self) -> RayRunner:
-        from app.engine.library import load_library
+        from app.engine.pipeline.library import load_library
 
         # validate the library here first: a broken rule file fails with its own clear error
         library = load_library(self.settings.rules_dir)

@@ -1,5 +1,5 @@
 """Where each rank was when it stopped, and which rank got further: read from the ranks' own
-last lines (app.engine.timeline builds its verdicts on these).
+last lines (app.engine.timeline.builder builds its verdicts on these).
 
 - *Call sites*: the last Python traceback of a rank (outermost frame first) or the watchdog's
   "Stack trace of the failed collective" (`#0 barrier from .../distributed_c10d.py:5030`, innermost

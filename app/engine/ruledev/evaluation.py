@@ -22,9 +22,9 @@ from typing import Any
 
 import yaml
 
-from app.engine.ingest import collect_sources
-from app.engine.scan import CompiledLibrary
-from app.engine.triage import TriageOptions, triage
+from app.engine.pipeline.ingest import collect_sources
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, triage
 from app.errors import InputError
 
 

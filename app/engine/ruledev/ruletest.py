@@ -12,13 +12,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.engine.expr import names_in
-from app.engine.ingest import collect_sources
-from app.engine.library import Library, LoadedRule, Severity
-from app.engine.matcher import PatternSpec, build_matcher, hyperscan_available
 from app.engine.models import Analysis, Patch
-from app.engine.scan import CompiledLibrary
-from app.engine.triage import TriageOptions, triage
+from app.engine.pipeline.expr import names_in
+from app.engine.pipeline.ingest import collect_sources
+from app.engine.pipeline.library import Library, LoadedRule, Severity
+from app.engine.pipeline.matcher import PatternSpec, build_matcher, hyperscan_available
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, triage
 
 
 @dataclass

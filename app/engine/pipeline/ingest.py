@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from app.engine.archive import ARCHIVE_HEAD, archive_error, archive_format, check_not_archive
+from app.engine.pipeline.archive import ARCHIVE_HEAD, archive_error, archive_format, check_not_archive
 from app.errors import (
     DISK_FULL_ERRNOS,
     InputError,
@@ -114,8 +114,8 @@ def _expanded_head(path: Path, head: bytes) -> bytes:
 
 
 def _flight_source(path: Path) -> Source | None:
-    """A PyTorch flight-recorder dump (a pickle) read as its text rendition (app.engine.flight)."""
-    from app.engine import flight
+    """A PyTorch flight-recorder dump (a pickle) read as its text rendition (app.engine.timeline.flight)."""
+    from app.engine.timeline import flight
 
     rank = rank_from_name(str(path))
     text = flight.read_dump(path, rank=rank)
@@ -582,7 +582,7 @@ def _read_upto(fh: BinaryIO, n: int) -> bytes:
 def _flight_rendition(raw: BinaryIO, src: Source) -> BinaryIO:
     """A PyTorch flight-recorder dump (a pickle: uploads, stdin) as its text rendition; any
     other stream unchanged. Only a stream that starts like a pickle is read further."""
-    from app.engine import flight
+    from app.engine.timeline import flight
 
     head = _read_upto(raw, 2)
     if len(head) < 2 or head[0] != 0x80 or head[1] not in (2, 3, 4, 5):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from app.engine.library import Rule
+from app.engine.pipeline.library import Rule
 
 _WORDS = [
     "Shard",

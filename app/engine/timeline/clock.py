@@ -6,7 +6,7 @@ vLLM (`INFO 11-23 20:11:58 [...]`), syslog/dmesg -T (`Nov 23 20:11:58`, `[Mon No
 and epoch seconds (`1795464718.123`). Forms without a year take the year of the analysis' other
 timestamps (`year_hint`), so a glog line and an ISO line of the same run compare correctly.
 All times are read as UTC wall clock: logs rarely say their zone, and within one job the hosts'
-clocks are what the lines have in common (per-host offsets: app.engine.clockskew).
+clocks are what the lines have in common (per-host offsets: app.engine.timeline.clockskew).
 """
 
 from __future__ import annotations

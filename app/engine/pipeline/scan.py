@@ -22,13 +22,14 @@ from typing import Literal
 
 import regex
 
-from app.engine.ingest import ByteBudget, Readable, Source, open_source
-from app.engine.library import Library, Rule
-from app.engine.lines import LineContext, normalise, parse_context
-from app.engine.matcher import Matcher, PatternSpec, build_matcher
-from app.engine.metric_stream import METRIC_GATES, MetricStream
-from app.engine.metrics import MetricIssue, MetricPoint, metric_text
-from app.engine.unwrap import joined_lines
+from app.engine.pipeline.findings import HitRecord, RuleMatch
+from app.engine.pipeline.ingest import ByteBudget, Readable, Source, open_source
+from app.engine.pipeline.library import Library, Rule
+from app.engine.pipeline.lines import LineContext, normalise, parse_context
+from app.engine.pipeline.matcher import Matcher, PatternSpec, build_matcher
+from app.engine.pipeline.metric_stream import METRIC_GATES, MetricStream
+from app.engine.pipeline.metrics import MetricIssue, MetricPoint, metric_text
+from app.engine.pipeline.unwrap import joined_lines
 
 CHUNK = 256 * 1024
 MAX_VERIFY_CHARS = 16_384
@@ -114,12 +115,12 @@ class CompiledLibrary:
                 sigs.append(SignatureIds(name, conf, m.window, ids["any"], ids["all"], ids["not"]))
             self.rule_entries[rule.id] = {"any": sigs[0].any, "all": sigs[0].all, "not": sigs[0].not_}
             self.rule_signatures[rule.id] = sigs
-        # timeline probes (app.engine.timeline): scanned everywhere, like the rules
-        from app.engine.timeline import PROBES
+        # timeline probes (app.engine.timeline.builder): scanned everywhere, like the rules
+        from app.engine.timeline.builder import PROBES
 
         for name, text in PROBES.items():
             add("probe", name, text)
-        # the metric gates (app.engine.metric_stream): their hits go to the metric stream, not
+        # the metric gates (app.engine.pipeline.metric_stream): their hits go to the metric stream, not
         # to _verify; in the same pass, they cost the scan next to nothing
         first_gate = len(entries)
         for name, text, ignore_case in METRIC_GATES:
@@ -149,14 +150,6 @@ class CompiledLibrary:
     def engine(self) -> str:
         names = {m.name for m in (self.matcher, self.context_matcher) if m is not None} - {"none"}
         return names.pop() if names else "none"
-
-
-@dataclass(slots=True)
-class HitRecord:
-    line: int
-    text: str
-    groups: dict[str, str]
-    ctx: LineContext
 
 
 @dataclass
@@ -218,7 +211,7 @@ class FileScan:
     lines: int = 0
     bytes: int = 0
     warnings: list[str] = field(default_factory=list)
-    # training metrics (the file's last lines, and a sample of the rest: app.engine.metric_stream)
+    # training metrics (the file's last lines, and a sample of the rest: app.engine.pipeline.metric_stream)
     # and what looked wrong anywhere in it
     metrics: list[MetricPoint] = field(default_factory=list)
     metric_issues: list[tuple[MetricIssue, str]] = field(default_factory=list)  # (issue, line text)
@@ -572,7 +565,7 @@ def read_file_tail_metrics(
 
 
 def rescan_wrapped(compiled: CompiledLibrary, result: FileScan, blocks: list[tuple[int, bytes]]) -> None:
-    """Scan the rows a terminal wrapped in the tail as the lines they were (app/engine/unwrap.py).
+    """Scan the rows a terminal wrapped in the tail as the lines they were (app/engine/pipeline/unwrap.py).
     A pattern's hit on a joined line counts only where no row of it matched on its own, so a
     sentence found whole is never counted twice."""
     groups = joined_lines(blocks)
@@ -678,25 +671,6 @@ def scan_range(compiled: CompiledLibrary, src: Source, start: int, end: int) -> 
 
 
 # --- rule evaluation -------------------------------------------------------------------
-
-
-@dataclass
-class RuleMatch:
-    """All occurrences of one rule across the scanned files, folded."""
-
-    rule: Rule
-    count: int = 0
-    first: tuple[int, int] = (1 << 30, 0)  # (file index, line)
-    last: tuple[int, int] = (-1, 0)
-    evidence: list[tuple[str, HitRecord]] = field(default_factory=list)
-    captures: dict[str, str] = field(default_factory=dict)
-    ranks: set[int] = field(default_factory=set)
-    hosts: set[str] = field(default_factory=set)
-    files: list[str] = field(default_factory=list)
-    confidence: float = 0.0  # of the best signature that matched
-    signatures: list[str] = field(default_factory=list)  # the names of those that matched
-    implausible: str | None = None  # why a captured value cannot be true (app.engine.triage)
-    first_time: float | None = None  # the earliest timestamp of its evidence (app.engine.clock)
 
 
 def _near(lines: list[int], target: int, window: int) -> bool:

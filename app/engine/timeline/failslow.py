@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from app.engine.timeline_model import phase_of
+from app.engine.timeline.model import phase_of
 
 STEP_TIME_NAMES = (
     "step_time",

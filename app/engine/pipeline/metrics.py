@@ -15,7 +15,7 @@ A metric is a name with a number (or nan/inf). The parser only looks at lines th
 the metrics it knows to be training signals (loss, grad norm, reward, kl, entropy, lr, step
 time, throughput, ...); everything else is left alone. Parsing a line costs ~50 µs, so over a
 whole log only the lines the scan's gate patterns report, and a sample, are parsed
-(app.engine.metric_stream); its last lines are parsed one by one.
+(app.engine.pipeline.metric_stream); its last lines are parsed one by one.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ MAX_ISSUES = 1000  # non-finite names reported (a log can name any number of met
 
 class Checker:
     """The checks, one point at a time, in bounded memory (SPIKE_WINDOW values per name): fed
-    a whole log's points (app.engine.metric_stream) or a list of them (`check`)."""
+    a whole log's points (app.engine.pipeline.metric_stream) or a list of them (`check`)."""
 
     def __init__(self) -> None:
         self.issues: list[MetricIssue] = []

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.engine.timeline_model import Line, Verdict, phase_of
+from app.engine.timeline.model import Line, Verdict, phase_of
 
 MAX_DUMP_BYTES = 64 << 20
 PICKLE_HEADS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")

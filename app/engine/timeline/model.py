@@ -1,4 +1,4 @@
-"""The timeline's data: phases, lines, collective rows, verdicts, rank states (app.engine.timeline
+"""The timeline's data: phases, lines, collective rows, verdicts, rank states (app.engine.timeline.builder
 builds them). Pure: no I/O."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.clock import iso
-from app.engine.forensics import CallSite, Progress
-from app.engine.gate import gated
+from app.engine.timeline.clock import iso
+from app.engine.timeline.forensics import CallSite, Progress
+from app.engine.timeline.gate import gated
 
 # --- phases and noise --------------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from app.engine.library import Library, Severity
-from app.engine.scan import RuleMatch
+from app.engine.pipeline.findings import RuleMatch
+from app.engine.pipeline.library import Library, Severity
 
 # Catch-all classes (an unhandled traceback) that any known error of severity >= error explains.
 FALLBACK_CLASSES = {"python.unhandled_exception"}

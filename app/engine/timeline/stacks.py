@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from app.engine.timeline_model import Verdict, phase_of
+from app.engine.timeline.model import Verdict, phase_of
 
 _PYSPY_THREAD = re.compile(
     r'^Thread (?:0x[0-9A-Fa-f]+|\d+) \((?P<state>active|idle)(?:\+gil)?\)(?:: "(?P<name>[^"]*)")?'

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from app.engine.scan import CompiledLibrary
+from app.engine.pipeline.scan import CompiledLibrary
 
 _CLASS_IN_BRACKET = {"d": "0-9", "s": "[:space:]", "w": "[:alnum:]_", "t": "\t"}
 _CLASS = {

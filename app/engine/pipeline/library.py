@@ -15,11 +15,12 @@ import re as stdlib_re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.engine.pipeline.triggers import KINDS as TRIGGER_KINDS
 from app.errors import RuleError
 
 RULE_ID = r"^[a-z0-9]+(?:-[a-z0-9]+)*$"
@@ -75,7 +76,7 @@ def _check_pattern(p: str) -> str:
         raise ValueError(f"pattern {p!r} is anchored with ^; rules match anywhere in a line")
     if compiled.match(""):
         raise ValueError(f"pattern {p!r} matches the empty string")
-    from app.engine.redos import backtracking_risk
+    from app.engine.pipeline.redos import backtracking_risk
 
     risk = backtracking_risk(p)
     if risk:
@@ -202,16 +203,11 @@ class FixtureExpect(Strict):
     signature: str | None = None  # the fixture must match through this signature of the rule
 
 
-# what a triggered rule's remediation may name: the values its trigger captures
-TRIGGER_CAPTURES: dict[str, set[str]] = {
-    "metric_not_finite": {"metric", "value", "step"},
-    "metric_spike": {"metric", "value", "step", "baseline"},
-    "metric_steps_skipped": {"metric", "value", "step", "baseline"},
-    "collective_desync": {"ranks", "seq", "summary"},
-    "rank_exited": {"ranks", "seq", "summary"},
-}
-# triggers the timeline's verdicts fire (app.engine.timeline)
-TIMELINE_TRIGGERS = frozenset({"collective_desync", "rank_exited"})
+# a rule's `trigger:`: one of the kinds app.engine.pipeline.triggers declares, in its order
+if TYPE_CHECKING:
+    TriggerName = str
+else:
+    TriggerName = Literal[tuple(TRIGGER_KINDS)]
 
 
 class Rule(Strict):
@@ -225,24 +221,12 @@ class Rule(Strict):
     versions: dict[str, str] = Field(default_factory=dict)
     match: Match | None = None
     signatures: list[Signature] = Field(default_factory=list)
-    # Rules with a trigger fire on job metadata rather than on log text (e.g. the job reported
-    # exit code 0 although the log ends in a fatal error).
-    # Metric triggers fire on the training metrics parsed from the logs' last lines
-    # (app.engine.metrics): a value that is not finite, or a loss/grad-norm spike.
-    trigger: (
-        Literal[
-            "exit_status_masked",
-            "metric_not_finite",
-            "metric_spike",
-            "metric_steps_skipped",
-            "collective_desync",
-            "rank_exited",
-        ]
-        | None
-    ) = None
+    # A rule with a trigger fires on evidence other than log text: job metadata, the parsed
+    # training metrics, the timeline's verdicts (the kinds: app.engine.pipeline.triggers).
+    trigger: TriggerName | None = None
     explains: list[Annotated[str, Field(pattern=CLASS_ID)]] = Field(default_factory=list)
     # classes this failure is a consequence of when they are present and not later in the log
-    # (an abort after a watchdog timeout): outranks the class relations (app.engine.rank)
+    # (an abort after a watchdog timeout): outranks the class relations (app.engine.pipeline.rank)
     consequence_of: list[Annotated[str, Field(pattern=CLASS_ID)]] = Field(default_factory=list)
     confidence: float = Field(default=0.8, gt=0, le=1)
     # what would confirm this cause when the log only suggests it (shown with possible causes)
@@ -273,7 +257,8 @@ class Rule(Strict):
 
     def capture_names(self) -> set[str]:
         if self.match is None:
-            return set(TRIGGER_CAPTURES.get(self.trigger or "", set()))
+            kind = TRIGGER_KINDS.get(self.trigger or "")
+            return set(kind.captures) if kind else set()
         names = self.match.group_names()
         for s in self.signatures:
             names |= s.group_names()
@@ -345,7 +330,7 @@ class Library:
 def default_rules_dir() -> Path:
     """The rules shipped with the project (repo checkout or installed data)."""
     here = Path(__file__).resolve()
-    for candidate in (here.parents[2] / "rules", here.parents[1] / "rules"):
+    for candidate in (here.parents[3] / "rules", here.parents[2] / "rules"):
         if (candidate / "library.yaml").is_file():
             return candidate
     raise RuleError("cannot find the rule library (rules/library.yaml); pass --rules DIR")
@@ -455,9 +440,11 @@ def load_rule(path: Path, *, classes: dict[str, FailureClass] | None = None) -> 
 
 def _library_key(root: Path) -> str:
     h = hashlib.sha256(_CACHE_FORMAT.encode())
-    # the schema is this file: a cache pickled by another version of it is another format
-    own = Path(__file__).stat()
-    h.update(f"{own.st_mtime_ns}:{own.st_size};".encode())
+    # the schema is this file and the trigger kinds: a cache pickled by another version of them
+    # is another format
+    for own in (Path(__file__), Path(__file__).with_name("triggers.py")):
+        st = own.stat()
+        h.update(f"{st.st_mtime_ns}:{st.st_size};".encode())
     for p in sorted(root.rglob("*.yaml")):
         st = p.stat()
         h.update(f"{p.relative_to(root)}:{st.st_mtime_ns}:{st.st_size};".encode())

@@ -22,8 +22,8 @@ from typing import BinaryIO
 
 import regex
 
-from app.engine.lines import strip_ansi
-from app.engine.matcher import Matcher, PatternSpec, build_matcher
+from app.engine.pipeline.lines import strip_ansi
+from app.engine.pipeline.matcher import Matcher, PatternSpec, build_matcher
 
 # Not values: a file path (`GOOGLE_APPLICATION_CREDENTIALS=/etc/gcp/key.json` names where the
 # secret is, not the secret) and a chat-template token (`stop_token=<|im_end|>`). A closing

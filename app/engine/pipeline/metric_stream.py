@@ -1,6 +1,6 @@
 """Training metrics over a whole log at scan speed, in bounded memory.
 
-Parsing a metric line costs ~50 µs (app.engine.metrics.parse_line): a log made of metric
+Parsing a metric line costs ~50 µs (app.engine.pipeline.metrics.parse_line): a log made of metric
 lines would be read at ~3 MB/s, against hundreds of MB/s for the scan. So nothing here parses
 every line. The scan's own Hyperscan pass carries a few *gate* patterns (METRIC_GATES) and
 hands their hits to a MetricStream with each chunk; only the lines a gate reports are parsed:
@@ -18,7 +18,7 @@ log parsed), whose values also make the points the timeline charts over the whol
 that lasts shorter than the gap between two samples can be missed before the log's last lines.
 
 The last EXACT_TAIL_BYTES of the log, and a log of up to WHOLE_LOG_BYTES whole, are parsed line
-by line as before (app.engine.scan gives them to `finish`): such a log, and the end of any log,
+by line as before (app.engine.pipeline.scan gives them to `finish`): such a log, and the end of any log,
 is read exactly as `check(parse_lines(...))` reads it. The state kept is bounded whatever the
 log's size: a spike history of SPIKE_WINDOW values per metric name (at most MAX_NAMES names),
 at most MAX_SAMPLES sampled points, the few points found within the last WHOLE_LOG_BYTES
@@ -33,8 +33,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from app.engine.lines import parse_context
-from app.engine.metrics import Checker, MetricIssue, MetricPoint, metric_text, parse_line
+from app.engine.pipeline.lines import parse_context
+from app.engine.pipeline.metrics import Checker, MetricIssue, MetricPoint, metric_text, parse_line
 
 
 def _not_followed_by(word: str) -> str:
