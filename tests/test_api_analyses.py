@@ -14,6 +14,9 @@ import zstandard
 
 from tests.servicekit import ECC, NCCL_TIMEOUT, OOM, LiveServer, blob_files, training_log, wait_done
 
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
+
 API = "/api/v1/analyses"
 CLI_KEYS = {
     "library_version",

@@ -56,6 +56,7 @@ def test_the_corpus_is_big_enough_to_mean_something() -> None:
     assert len(LINES) > 5000
 
 
+@pytest.mark.slow  # every line of the corpus
 @pytest.mark.parametrize("name", sorted(GATES))
 def test_gate_agrees_with_the_plain_regex_on_every_corpus_line(name: str) -> None:
     gate = GATES[name]

@@ -14,6 +14,9 @@ from app.engine.ruletest import fixture_cases
 from app.engine.scan import CompiledLibrary
 from app.engine.triage import TriageOptions, triage
 
+# slow: every rule's fixtures under every mutation
+pytestmark = pytest.mark.slow
+
 
 def _fires(compiled: CompiledLibrary, rule_id: str, path: Path) -> bool:
     sources, _ = collect_sources([str(path)])
