@@ -51,9 +51,9 @@ def main() -> int:
     import zstandard
 
     from app.blobstore.base import FRAME_BYTES, StagingWriter
-    from app.engine.ingest import ByteBudget, Source
-    from app.engine.redact import _matcher, redact_stream
-    from app.engine.scan import scan_source
+    from app.engine.pipeline.ingest import ByteBudget, Source
+    from app.engine.pipeline.redact import _matcher, redact_stream
+    from app.engine.pipeline.scan import scan_source
     from app.service.worker import build_compiled
     from app.settings import Settings
 

@@ -38,6 +38,9 @@ from app.web.pages import STATIC_DIR
 from app.web.session import COOKIE, CSRF_HEADER
 from tests.servicekit import ECC, OOM, LiveServer, live_server, make_settings, training_log
 
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
+
 API = "/api/v1/analyses"
 
 
