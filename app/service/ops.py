@@ -62,7 +62,8 @@ async def submit(
     it is done). One that is still running then gets its row, so its id can be polled.
 
     An upload that has to queue for a scan worker (a burst) waits only `QUEUE_GRACE_S` for its
-    turn (none at all when the measured pace puts its turn further off), then is answered pending: the caller polls instead of holding a connection. A full
+    turn (none at all when the measured pace puts its turn further off), then is answered
+    pending: the caller polls instead of holding a connection. A full
     backlog refuses it (503, or 429 for a client over its share) with nothing stored.
     `client`: who the backlog's turns are shared between (default: the principal)."""
     started = await begin(
