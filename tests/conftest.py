@@ -14,11 +14,24 @@ from app.engine.pipeline.library import Library, load_library
 from app.engine.pipeline.patches import ConfigView
 from app.engine.pipeline.scan import CompiledLibrary
 from app.engine.pipeline.triage import TriageOptions, triage
+from tests import lanes
 from tests.s3kit import S3_ENV, S3_ENV_CLEARED, MotoS3, s3_unavailable
 from tests.servicekit import LiveServer, PgSchemas, in_ci, live_server, make_settings, pg_reachable
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "rules"
+
+lanes.install_audit_hook()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    # fixtures start servers during setup; lanes needs to know whose setup it is
+    lanes.set_current(item)
+    try:
+        yield
+    finally:
+        lanes.set_current(None)
 
 
 @pytest.fixture(scope="session")
@@ -27,8 +40,15 @@ def library() -> Library:
 
 
 @pytest.fixture(scope="session")
-def compiled(library: Library, tmp_path_factory: pytest.TempPathFactory) -> CompiledLibrary:
-    return CompiledLibrary(library, engine="hyperscan", cache_dir=tmp_path_factory.mktemp("hs-cache"))
+def compiled(
+    library: Library, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> CompiledLibrary:
+    # kept between runs (.pytest_cache): compiling costs each test process ~10 s of CPU, and the
+    # cache file is named by the patterns' hash and the Hyperscan version, written atomically
+    # (app.engine.pipeline.matcher), so a changed rule is compiled afresh; test_scan checks the cache itself
+    cache = getattr(pytestconfig, "cache", None)
+    cache_dir = cache.mkdir("hs-cache") if cache is not None else tmp_path_factory.mktemp("hs-cache")
+    return CompiledLibrary(library, engine="hyperscan", cache_dir=Path(cache_dir))
 
 
 @pytest.fixture(scope="session")

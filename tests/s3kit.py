@@ -11,6 +11,8 @@ import importlib.util
 import secrets
 from typing import Any
 
+from tests import lanes
+
 REGION = "us-east-1"
 # credentials the app's S3 client reads from the standard AWS environment (moto accepts any)
 S3_ENV = {
@@ -39,6 +41,7 @@ class MotoS3:
         self.endpoint = ""
 
     def start(self) -> MotoS3:
+        lanes.require_slow("a moto S3 server")
         self._server.start()
         host, port = self._server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"

@@ -131,6 +131,9 @@ class LiveServer:
         self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{self.port}", daemon=True)
 
     def start(self, *, ready_timeout: float = 90.0) -> LiveServer:
+        from tests import lanes  # here, not at the top: bench/slack_bench.py runs this kit outside pytest
+
+        lanes.require_slow("a live server")
         self.thread.start()
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:

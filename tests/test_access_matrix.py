@@ -38,6 +38,9 @@ from app.http.session import COOKIE, CSRF_HEADER
 from app.web.pages import STATIC_DIR
 from tests.servicekit import ECC, OOM, LiveServer, live_server, make_settings, training_log
 
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
+
 API = "/api/v1/analyses"
 
 

@@ -155,7 +155,9 @@ def test_a_queued_upload_whose_turn_is_far_off_is_answered_without_waiting() -> 
         adm = Admission(slots=1, backlog=10, backlog_bytes=0, client_share=1.0)
         adm._seconds = 10 * ops.QUEUE_GRACE_S  # the measured pace: analyses take long now
         running = adm.admit(client="a")
-        queued = adm.admit(client="b")
+        first = adm.admit(client="b")  # next in line
+        queued = adm.admit(client="c")  # behind it: its turn is a whole (slow) analysis away
+        assert queued.turn_s() > ops.QUEUE_GRACE_S
         never: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         task = asyncio.ensure_future(never)
         registered: list[str] = []
@@ -182,40 +184,45 @@ def test_a_queued_upload_whose_turn_is_far_off_is_answered_without_waiting() -> 
         assert not awaited  # no grace spent on a turn the pace puts 10 graces away
         task.cancel()
         running.release()
+        first.release()
         queued.release()
 
     run(go())
 
 
-def test_a_queued_upload_whose_turn_comes_waits_for_its_analysis_only_within_the_grace() -> None:
+def test_a_queued_upload_whose_turn_comes_in_the_grace_waits_for_its_analysis() -> None:
+    """One round trip for a short queue: its turn comes, then its analysis ends after the grace
+    is over, and the answer is the finished analysis, not a 202."""
     from types import SimpleNamespace
 
     from app.service import ops
     from app.service.analyses import Started
 
     async def go() -> None:
+        loop = asyncio.get_running_loop()
         adm = Admission(slots=1, backlog=10, backlog_bytes=0, client_share=1.0)
-        adm._seconds = ops.QUEUE_GRACE_S / 10  # a quick pace: worth waiting for its turn
+        adm._seconds = 10 * ops.QUEUE_GRACE_S  # a slow pace: its own analysis is long, its turn is next
         running = adm.admit(client="a")
         queued = adm.admit(client="b")
-        task = asyncio.ensure_future(asyncio.get_running_loop().create_future())  # never ends
-
-        async def register(analysis_id: str) -> bool:
-            return False
-
-        ctx = SimpleNamespace(service=SimpleNamespace(register=register))
-        started = Started("an-id", task, ticket=queued)  # type: ignore[arg-type]
+        assert queued.turn_s() == 0 and queued.expected_s() > ops.QUEUE_GRACE_S
+        task = asyncio.ensure_future(loop.create_future())
         waits_for_turn = queued.wait_turn
 
         async def turn_comes_at_once() -> None:  # while settle waits for it
             running.release()
+            # the analysis ends after the grace (timers fire in deadline order)
+            loop.call_later(2 * ops.QUEUE_GRACE_S, task.set_result, "done")
             await waits_for_turn()
 
         queued.wait_turn = turn_comes_at_once  # type: ignore[method-assign]
+
+        async def register(analysis_id: str) -> bool:
+            raise AssertionError("answered pending: a short queue must answer in one round trip")
+
+        ctx = SimpleNamespace(service=SimpleNamespace(register=register))
+        started = Started("an-id", task, ticket=queued)  # type: ignore[arg-type]
         sub = await asyncio.wait_for(ops.settle(ctx, started=started, wait=3600), timeout=60)  # type: ignore[arg-type]
-        assert queued.running  # it had its turn, and was answered pending all the same
-        assert sub.completed is None and sub.pending is task
-        task.cancel()
+        assert sub.completed == "done"
         queued.release()
 
     run(go())

@@ -17,6 +17,9 @@ import pytest
 
 from tests.servicekit import OOM, LiveServer, live_server, make_settings, training_log
 
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
+
 API = "/api/v1/analyses"
 
 

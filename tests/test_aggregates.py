@@ -4,9 +4,13 @@ and any change of the stored data (an upload, feedback) is seen at once."""
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from app.service import aggregates
 from tests.servicekit import OOM, LiveServer, training_log
+
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
 
 API = "/api/v1/analyses"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 import zstandard
 
 from app.settings import Settings
@@ -20,6 +21,9 @@ from tests.servicekit import (
     tmp_leftovers,
     training_log,
 )
+
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
 
 API = "/api/v1/analyses"
 PREFIX = "prod/logs"

@@ -30,7 +30,8 @@ class Backend:
     etag: Callable[[str], str] | None = None  # S3: the object's ETag
 
 
-@pytest.fixture(params=["directory", "s3"])
+# slow: the S3 case runs against a moto server
+@pytest.fixture(params=["directory", pytest.param("s3", marks=pytest.mark.slow)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     data = tmp_path / "data"
     if request.param == "directory":

@@ -22,6 +22,9 @@ from tests.conftest import ROOT
 from tests.s3kit import S3_ENV, MotoS3
 from tests.servicekit import free_port, in_ci
 
+# slow: a moto S3 server, and subprocesses that check what gets imported
+pytestmark = pytest.mark.slow
+
 
 def need_obstore() -> None:
     if importlib.util.find_spec("obstore") is None:

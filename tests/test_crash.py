@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import zstandard
 from sqlalchemy import create_engine, text
 
 from tests.conftest import ROOT
 from tests.servicekit import OOM, blob_files, cli_env, free_port, make_settings, run_cli, training_log
+
+# slow: `logtriage serve` processes killed with -9 mid-traffic and restarted
+pytestmark = pytest.mark.slow
 
 API = "/api/v1/analyses"
 ROUNDS = 4

@@ -548,26 +548,34 @@ def test_register_while_the_writer_inserts_waits_for_that_row(
     draft = repo.Draft.new(meta=repo.JobMeta(job_id="w1"), token_id=None, runner="t:1")
     service._drafts[draft.analysis_id] = draft
     gate = threading.Event()
+    committed = threading.Event()
     real = service._persist_batch
 
     def held(batch: list[tuple[str, ScanOutcome, repo.Draft | None]]) -> list[Any]:
         assert gate.wait(30)
-        return real(batch)
+        out = real(batch)
+        committed.set()
+        return out
 
     monkeypatch.setattr(service, "_persist_batch", held)
+    committed_when_registered: list[bool] = []
 
     async def scenario() -> tuple[bool, Any]:
         storing = asyncio.create_task(service._store(draft.analysis_id, outcome_for(store, oom, b"held\n")))
         while draft.analysis_id not in service._storing:
             await asyncio.sleep(0.01)
         registering = asyncio.create_task(service.register(draft.analysis_id))
-        await asyncio.sleep(0.05)
+        registering.add_done_callback(lambda _t: committed_when_registered.append(committed.is_set()))
+        # one turn of the loop, not a wait for time: the new task runs up to its first await.
+        # The writer is held by the gate, so a register that does not wait for it is done here.
+        await asyncio.sleep(0)
         assert not registering.done()  # no pending row of its own: it waits for the writer's
         gate.set()
         return await registering, await storing
 
     waited, done = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
     assert waited is True and done.row.status == "done"
+    assert committed_when_registered == [True]  # it answered after the writer's commit, not before
     with db.read() as s:
         assert repo.get_analysis(s, analysis_id=draft.analysis_id).status == "done"
 

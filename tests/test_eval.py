@@ -16,9 +16,14 @@ rules of b6167bd) before any rule was changed for it; tuned since, like the othe
 
 from __future__ import annotations
 
+import pytest
+
 from app.engine.pipeline.scan import CompiledLibrary
 from app.engine.ruledev.evaluation import evaluate_corpus
 from tests.conftest import ROOT
+
+# slow: a sweep of the whole labelled corpus
+pytestmark = pytest.mark.slow
 
 FLOORS = {
     "real": 1.0,

@@ -23,6 +23,9 @@ import pytest
 
 from tests.servicekit import ECC, OOM, LiveServer, in_ci, live_server, make_settings, training_log
 
+# slow: property-based requests against a live server's OpenAPI (schemathesis)
+pytestmark = pytest.mark.slow
+
 MAX_EXAMPLES = 12
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 

@@ -56,6 +56,7 @@ def test_the_corpus_is_big_enough_to_mean_something() -> None:
     assert len(LINES) > 5000
 
 
+@pytest.mark.slow  # every line of the corpus
 @pytest.mark.parametrize("name", sorted(GATES))
 def test_gate_agrees_with_the_plain_regex_on_every_corpus_line(name: str) -> None:
     gate = GATES[name]
@@ -125,7 +126,7 @@ def test_the_srun_gate_finds_what_its_plain_form_finds() -> None:
     import random
     import re
 
-    from app.engine.lines import _SRUN_RANK
+    from app.engine.pipeline.lines import _SRUN_RANK
 
     plain = re.compile(r"\d:\s")
     rng = random.Random(0)

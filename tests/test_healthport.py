@@ -24,6 +24,9 @@ import pytest
 from app.http.healthport import WorkerState, verdict
 from tests.servicekit import ROOT, cli_env, free_port, make_settings, wait_ready
 
+# slow: `logtriage serve` processes (the supervisor's health port)
+pytestmark = pytest.mark.slow
+
 
 def _w(*, alive: bool = True, warm: bool = True, age: float | None = 0.2) -> WorkerState:
     return WorkerState(pid=1, alive=alive, warm=warm, age=age)

@@ -9,9 +9,13 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from tests.servicekit import OOM, ROOT, LiveServer
+
+# slow: live servers, and the shell hooks run as real processes (py-spy on real ranks)
+pytestmark = pytest.mark.slow
 
 HOOKS = ROOT / "docs" / "hooks"
 WRAP = HOOKS / "logtriage-wrap.sh"

@@ -26,6 +26,9 @@ from tests.hostile import corpus
 from tests.hostile.corpus import API, CASES, FILE_NAMES, LOG_CONTENT, TEXT, Case, send_named, stored_problem
 from tests.servicekit import LiveServer, blob_files, live_server, make_settings, tmp_leftovers
 
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="session")
 def hostile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:

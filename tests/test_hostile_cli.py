@@ -20,6 +20,9 @@ import zstandard
 from tests.hostile import corpus
 from tests.servicekit import ROOT
 
+# slow: one `logtriage analyze` process per hostile input (bombs, archives, binaries)
+pytestmark = pytest.mark.slow
+
 MEDIUM = corpus.MEDIUM
 GZ = gzip.compress(MEDIUM, mtime=0)
 ZST = zstandard.ZstdCompressor(write_checksum=True).compress(MEDIUM)

@@ -48,6 +48,9 @@ from app.http.protocol import uvicorn_http
 from app.settings import Settings
 from tests.servicekit import LiveServer, blob_files, free_port, live_server, make_settings, tmp_leftovers
 
+# slow: live servers, and byte-paced attacks that wait out the server's timeouts
+pytestmark = pytest.mark.slow
+
 API = "/api/v1/analyses"
 TEXT = {"Content-Type": "text/plain"}
 HEADER_TIMEOUT = 1.0

@@ -100,6 +100,7 @@ def _no_host_in(r: httpx.Response, name: str) -> None:
     assert name not in r.text and name not in str(r.headers), (r.headers, r.text[:500])
 
 
+@pytest.mark.slow  # a live server
 def test_open_mode_answers_loopback_names_only(server: LiveServer, client: httpx.Client) -> None:
     rows = len(client.get(API, params={"limit": 100}).json()["items"])
     blobs = blob_files(server.settings.data_dir)
@@ -125,6 +126,7 @@ def test_open_mode_answers_loopback_names_only(server: LiveServer, client: httpx
     assert r.status_code == 201 and r.headers["location"].startswith("http://localhost:9999/api/v1/analyses/")
 
 
+@pytest.mark.slow  # a live server
 def test_with_tokens_any_host_is_served_but_links_are_relative(
     tokened: tuple[LiveServer, dict[str, str]],
 ) -> None:
@@ -149,6 +151,7 @@ def test_with_tokens_any_host_is_served_but_links_are_relative(
         assert mine.headers["location"].startswith(f"{srv.url}/api/v1/analyses/")
 
 
+@pytest.mark.slow  # a live server
 def test_public_url_decides_every_link_and_the_allowed_hosts(tmp_path: Path, fresh_db_url: str) -> None:
     settings = make_settings(
         tmp_path, fresh_db_url, auth_cache_seconds=0, public_url="https://logtriage.example.com/"
@@ -163,6 +166,7 @@ def test_public_url_decides_every_link_and_the_allowed_hosts(tmp_path: Path, fre
             assert r.json()["links"]["self"].startswith("https://logtriage.example.com/"), r.json()["links"]
 
 
+@pytest.mark.slow  # a live server
 def test_allowed_hosts_are_strict_and_trusted_for_links(tmp_path: Path, fresh_db_url: str) -> None:
     settings = make_settings(
         tmp_path, fresh_db_url, auth_cache_seconds=0, allowed_hosts="hooks.internal,.corp.example"
@@ -177,6 +181,7 @@ def test_allowed_hosts_are_strict_and_trusted_for_links(tmp_path: Path, fresh_db
         assert r.headers["location"].startswith("http://node7.corp.example/api/v1/analyses/")
 
 
+@pytest.mark.slow  # a live server
 def test_open_mode_ignores_a_wildcard_but_takes_named_hosts(tmp_path: Path, fresh_db_url: str) -> None:
     settings = make_settings(tmp_path, fresh_db_url, allowed_hosts="*,logtriage.lan")
     with live_server(settings) as srv, srv.client() as c:

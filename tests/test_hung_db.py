@@ -27,6 +27,9 @@ from app.db.session import Database, DbTimeouts
 from tests.servicekit import LiveServer, blob_files, live_server, make_settings
 from tests.test_outages import API, ROUTES, WITHOUT_DB, _call, _serve
 
+# slow: a frozen database waited out to each timeout, and live servers
+pytestmark = pytest.mark.slow
+
 
 class FreezableRelay:
     """127.0.0.1:port → upstream, byte for byte, until `freeze()`: then nothing is forwarded in

@@ -8,8 +8,12 @@ import threading
 import uuid
 
 import httpx
+import pytest
 
 from tests.servicekit import ECC, OOM, LiveServer, training_log, wait_done
+
+# slow: a live server under concurrent load
+pytestmark = pytest.mark.slow
 
 API = "/api/v1/analyses"
 

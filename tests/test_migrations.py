@@ -15,6 +15,9 @@ from app.db.models import Base
 from app.db.session import make_engine
 from tests.servicekit import PgSchemas, cli_env, make_settings, run_cli
 
+# slow: alembic upgrades and downgrades, through the CLI, on both databases
+pytestmark = pytest.mark.slow
+
 TABLES = {
     "analyses",
     "analysis_files",

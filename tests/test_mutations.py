@@ -14,6 +14,9 @@ from app.engine.pipeline.triage import TriageOptions, triage
 from app.engine.ruledev.mutate import MUTATIONS
 from app.engine.ruledev.ruletest import fixture_cases
 
+# slow: every rule's fixtures under every mutation
+pytestmark = pytest.mark.slow
+
 
 def _fires(compiled: CompiledLibrary, rule_id: str, path: Path) -> bool:
     sources, _ = collect_sources([str(path)])

@@ -33,6 +33,9 @@ from tests.servicekit import (
     training_log,
 )
 
+# slow: live servers and `serve` processes while the database is cut and restored
+pytestmark = pytest.mark.slow
+
 API = "/api/v1/analyses"
 
 

@@ -19,8 +19,12 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from tests.servicekit import ECC, ROOT, cli_env, free_port, make_settings, training_log, wait_done, wait_ready
+
+# slow: `logtriage serve` recycling its workers under traffic
+pytestmark = pytest.mark.slow
 
 API = "/api/v1/analyses"
 

@@ -66,6 +66,7 @@ def test_a_pattern_that_gets_through_costs_a_warning_not_the_scan(
     assert a.root_cause is not None and a.root_cause.evidence[0].line == 3  # the next line still counted
 
 
+@pytest.mark.slow  # a timing budget over every pattern
 def test_every_pattern_holds_its_time_budget_on_adversarial_lines(compiled: CompiledLibrary) -> None:
     """Each pattern the scan verifies (rules, signatures, facts, framework detection, timeline
     probes), fed lines built to make a backtracking engine work hardest on it (for every

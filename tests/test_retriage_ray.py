@@ -39,6 +39,9 @@ from app.settings import Settings
 from tests.conftest import RULES, make_rules_dir
 from tests.servicekit import ECC, NCCL_TIMEOUT, OOM, cli_env, make_settings, run_cli, training_log
 
+# slow: real Ray clusters
+pytestmark = pytest.mark.slow
+
 needs_ray = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None,
     reason="Ray is an optional extra (pip install 'logtriage[ray]'); not installed here",

@@ -92,6 +92,7 @@ def test_line_numbers_when_hits_end_early_in_chunks_and_last_line_lacks_newline(
         assert a.stats["lines"] == len(lines)
 
 
+@pytest.mark.slow  # both engines over the whole corpus
 def test_hyperscan_and_regex_engines_give_identical_findings(
     compiled: CompiledLibrary, compiled_regex: CompiledLibrary, tmp_path: Path
 ) -> None:
@@ -175,6 +176,7 @@ def test_pathological_pattern_times_out_with_a_warning(tmp_path: Path) -> None:
     assert any("timed out" in w for w in a.warnings)
 
 
+@pytest.mark.slow  # compiles the library from scratch
 @pytest.mark.parametrize("engine", ["hyperscan", "regex"])
 def test_compiled_cache_is_reused(tmp_path: Path, engine: str) -> None:
     lib = load_library(RULES)
@@ -225,6 +227,7 @@ def test_cache_survives_a_library_that_shifts_pattern_ids(tmp_path: Path) -> Non
         assert _run(compiled, log).stats["facts"] == {"max_tokens_per_gpu": 9216}, name
 
 
+@pytest.mark.slow  # compiles the library from scratch
 def test_corrupt_cache_file_is_rebuilt(tmp_path: Path) -> None:
     lib = load_library(RULES)
     CompiledLibrary(lib, engine="hyperscan", cache_dir=tmp_path)

@@ -21,6 +21,9 @@ from app.service.pool import BULK_NICE, POOL_NICE, ScanPool
 from app.service.worker import scan_upload
 from tests.servicekit import ECC, make_settings, training_log
 
+# slow: scan worker processes started per test (the pool's two lanes)
+pytestmark = pytest.mark.slow
+
 
 def _job(tmp_path: Path, name: str, size: int) -> ScanJob:
     text = training_log(ECC.format(ip="10.1.2.3"))
@@ -214,6 +217,7 @@ def test_scan_processes_run_below_the_server_priority(tmp_path: Path) -> None:
     assert asyncio.run(run()) == min(19, os.nice(0) + POOL_NICE)
 
 
+@pytest.mark.slow  # a live server
 def test_a_server_process_freezes_what_it_built_at_start(tmp_path: Path) -> None:
     """Full collections would otherwise walk the rule library and the app under load."""
     import gc

@@ -115,6 +115,7 @@ def _stored_blobs(data_dir: Path) -> str:
     return "\n".join(texts)
 
 
+@pytest.mark.slow  # a live server
 def test_no_planted_secret_reaches_any_place_the_service_keeps_or_shows(
     server: LiveServer, client: httpx.Client, db_url: str
 ) -> None:

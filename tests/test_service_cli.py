@@ -28,6 +28,9 @@ from tests.servicekit import (
     wait_ready,
 )
 
+# slow: `logtriage serve` processes (fresh data dir, several workers, SIGTERM) and bulk retriage
+pytestmark = pytest.mark.slow
+
 
 def test_serve_starts_on_a_fresh_machine(tmp_path: Path) -> None:
     """The README's command, nothing configured but a data dir and a port."""

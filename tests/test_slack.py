@@ -43,6 +43,9 @@ from tests.slackfake import (
     sign,
 )
 
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
+
 API = "/api/v1/analyses"
 ECC_LOG = (ROOT / "examples" / "ecc-cascade" / "rank2.log").read_bytes()
 

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 
 from app.slack.blocks import MAX_BLOCKS, MAX_HEADER, MAX_SECTION, diagnosis
 from tests.conftest import ROOT
@@ -36,6 +37,7 @@ def _within_limits(msg: dict[str, Any]) -> None:
     json.dumps(msg)  # what chat.postMessage is sent
 
 
+@pytest.mark.slow  # a live server
 def test_a_real_analysis_renders_its_cause_fix_recurrence_and_buttons(
     server: LiveServer, client: httpx.Client
 ) -> None:
@@ -119,6 +121,7 @@ def test_remediation_becomes_mrkdwn_and_inserted_values_stay_literal() -> None:
     assert "[click](https://evil.example/x) **now** &lt;!channel&gt;" in text
 
 
+@pytest.mark.slow  # a live server
 def test_the_fix_text_is_in_the_message(server: LiveServer, client: httpx.Client) -> None:
     log = (ROOT / "examples" / "ecc-cascade" / "rank2.log").read_bytes()
     r = client.post(API, content=log, headers={"Content-Type": "text/plain"})

@@ -59,6 +59,7 @@ def test_docs_name_every_slack_setting_and_the_manifests() -> None:
         assert f"slack/{p.name}" in text
 
 
+@pytest.mark.slow  # a fresh Python process importing the whole service
 def test_the_service_imports_no_slack_library_until_the_bot_is_configured() -> None:
     import subprocess
     import sys

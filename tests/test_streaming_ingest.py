@@ -17,6 +17,9 @@ import pytest
 
 from tests.servicekit import ECC, LiveServer, blob_files, tmp_leftovers, training_log
 
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
+
 API = "/api/v1/analyses"
 MiB = 1 << 20
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.servicekit import (
     OOM,
@@ -20,6 +21,9 @@ from tests.servicekit import (
     make_settings,
     training_log,
 )
+
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
 
 
 def submit(

@@ -218,6 +218,7 @@ def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # a `logtriage submit` process
 def test_cli_retries_then_reports_and_exits_0(fake_factory: Any, log_file: Path) -> None:
     fake = fake_factory(
         [
@@ -234,6 +235,7 @@ def test_cli_retries_then_reports_and_exits_0(fake_factory: Any, log_file: Path)
     assert len({p.key for p in fake.posts_seen()}) == 1 and len(fake.posts_seen()) == 4
 
 
+@pytest.mark.slow  # a `logtriage submit` process
 def test_cli_gives_up_at_the_deadline_with_exit_4(fake_factory: Any, log_file: Path) -> None:
     fake = fake_factory([Answer(503, headers={"Retry-After": "0.05"})])
     res = _cli(fake.url, str(log_file), "--strict", "--deadline", "1", "--backoff", "0.01")

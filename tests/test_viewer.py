@@ -116,7 +116,8 @@ def make_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> 
     )
 
 
-@pytest.fixture(params=["directory", "s3"])
+# slow: the S3 case runs against a moto server
+@pytest.fixture(params=["directory", pytest.param("s3", marks=pytest.mark.slow)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> BlobStore:
     return make_store(request.param, tmp_path, request)
 
@@ -299,7 +300,8 @@ SHAPES = ["plain", "crlf", "no-trailing-newline", "crlf-no-trailing-newline", "o
 
 @pytest.mark.parametrize(
     ("backend", "shape"),
-    [("directory", s) for s in SHAPES] + [("s3", "plain"), ("s3", "crlf-no-trailing-newline")],
+    [("directory", s) for s in SHAPES]
+    + [pytest.param("s3", s, marks=pytest.mark.slow) for s in ("plain", "crlf-no-trailing-newline")],
 )
 def test_windows_agree_with_the_whole_file_split_in_python(
     backend: str, shape: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -434,6 +436,7 @@ def links(html: str, rel: str) -> str | None:
     return m.group(1).replace("&amp;", "&") if m else None
 
 
+@pytest.mark.slow  # a live server
 def test_the_viewer_opens_at_the_evidence_line_with_permalinks(
     client: httpx.Client, deep: dict[str, Any]
 ) -> None:
@@ -460,6 +463,7 @@ def test_the_viewer_opens_at_the_evidence_line_with_permalinks(
     assert ' style="' not in html and "<script>" not in html.replace("<script src=", "")
 
 
+@pytest.mark.slow  # a live server
 def test_the_pager_moves_by_byte_offset_and_back(client: httpx.Client, deep: dict[str, Any]) -> None:
     aid = deep["id"]
     log: str = deep["log"]
@@ -494,6 +498,7 @@ def test_the_pager_moves_by_byte_offset_and_back(client: httpx.Client, deep: dic
     assert go.status_code == 303 and go.headers["location"] == f"/analyses/{aid}/files/0?line=3000#L3000"
 
 
+@pytest.mark.slow  # a live server
 def test_finding_navigation_jumps_between_findings_across_pages(
     client: httpx.Client, deep: dict[str, Any]
 ) -> None:
@@ -517,6 +522,7 @@ def test_finding_navigation_jumps_between_findings_across_pages(
         assert f'href="{here}?line={n}#L{n}">line {n}</a>' in at_nccl
 
 
+@pytest.mark.slow  # a live server
 def test_markup_in_a_log_line_is_inert_text(client: httpx.Client, deep: dict[str, Any]) -> None:
     html = html_of(client, f"/analyses/{deep['id']}/files/0?offset={len(deep['log'].encode())}").text
     assert "<script>alert(1)</script>" not in html and "<img src=x" not in html
@@ -525,6 +531,7 @@ def test_markup_in_a_log_line_is_inert_text(client: httpx.Client, deep: dict[str
     assert "&lt;a href=&#34;javascript:alert(1)&#34;&gt;x&lt;/a&gt;" in html
 
 
+@pytest.mark.slow  # a live server
 def test_bad_input_is_a_page_or_clamped_never_a_500(client: httpx.Client, deep: dict[str, Any]) -> None:
     aid = deep["id"]
     here = f"/analyses/{aid}/files"
@@ -545,6 +552,7 @@ def test_bad_input_is_a_page_or_clamped_never_a_500(client: httpx.Client, deep: 
         assert r.status_code == 200 and rows(r.text)[-1] == 3604, path
 
 
+@pytest.mark.slow  # a live server
 def test_the_stored_index_matches_the_blobs_real_frames(server: LiveServer) -> None:
     """A log over a few frames: `blobs.line_index` names each frame of the stored file, each
     frame decompresses on its own from its offset, and the viewer's end page is right."""
@@ -572,6 +580,7 @@ def test_the_stored_index_matches_the_blobs_real_frames(server: LiveServer) -> N
         assert rows(html)[-1] == n and "10.7.7.7" in html
 
 
+@pytest.mark.slow  # a live server
 def test_an_ingest_token_cannot_view_others_logs_and_a_missing_blob_is_clear(
     tmp_path: Path, fresh_db_url: str
 ) -> None:

@@ -28,6 +28,9 @@ from tests.servicekit import (
     training_log,
 )
 
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
+
 API = "/api/v1/analyses"
 EXAMPLE = ROOT / "examples" / "ecc-cascade"
 

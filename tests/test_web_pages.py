@@ -13,6 +13,9 @@ import pytest
 
 from tests.servicekit import ECC, NCCL_TIMEOUT, OOM, LiveServer, training_log
 
+# slow: live servers (the app under uvicorn), started per module or per test
+pytestmark = pytest.mark.slow
+
 API = "/api/v1/analyses"
 XSS_LINE = '<script>window.__xss=1</script> <img src=x onerror="alert(1)"> javascript:alert(1)\n'
 

@@ -56,6 +56,10 @@ class Ticket:
         """Seconds until it is done, at the measured pace: its turn, then its own analysis."""
         return self.admission.expected_s(self.ahead)
 
+    def turn_s(self) -> float:
+        """Seconds until its turn, at the measured pace (0 when it is next for a slot)."""
+        return self.admission.expected_s(self.ahead) - self.admission.expected_s(0)
+
     async def wait_turn(self) -> None:
         await asyncio.shield(self.granted)
 

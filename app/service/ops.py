@@ -26,8 +26,8 @@ from app.service.analyses import Completed, Started
 from app.service.context import ServiceContext
 from app.service.jobs import ScanJob
 
-# how long a request whose upload had to queue waits for its turn and its analysis before it is
-# answered 202: a short queue still answers in one round trip, a burst's does not hold a connection
+# how long a request whose upload had to queue waits for its turn before it is answered 202:
+# a short queue still answers in one round trip, a burst's does not hold a connection
 QUEUE_GRACE_S = 0.25
 _CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
@@ -63,8 +63,8 @@ async def submit(
     it is done). One that is still running then gets its row, so its id can be polled.
 
     An upload that has to queue for a scan worker (a burst) waits only `QUEUE_GRACE_S` for its
-    turn and its analysis (none at all when the measured pace says they take longer), then is
-    answered pending: the caller polls instead of holding a connection. A full
+    turn (none at all when the measured pace puts its turn further off), then is answered
+    pending: the caller polls instead of holding a connection. A full
     backlog refuses it (503, or 429 for a client over its share) with nothing stored.
     `client`: who the backlog's turns are shared between (default: the principal)."""
     started = await begin(
@@ -111,19 +111,19 @@ async def settle(ctx: ServiceContext, *, started: Started, wait: float | None) -
     if task is None:
         return Submission(started.analysis_id, None, replayed=True)
     if started.queued and started.ticket is not None and wait is not None:
-        # a queued upload holds its connection for the grace at most, its turn and its analysis
-        # together: in a burst every answer comes within it, and none waits for a turn that the
-        # measured pace says is further off than that
+        # a short queue still answers in one round trip: an upload next in line waits for its
+        # turn (the grace at most), then for its analysis like any other. One further back
+        # than the grace at the measured pace is answered pending at once: in a burst nothing
+        # holds a connection for a turn that far off
         grace = min(wait, QUEUE_GRACE_S)
-        wait = 0.0
-        if started.ticket.expected_s() <= grace:
-            loop = asyncio.get_running_loop()
-            until = loop.time() + grace
+        if started.ticket.turn_s() > grace:
+            wait = 0
+        else:
             turn = asyncio.ensure_future(started.ticket.wait_turn())
             await asyncio.wait({turn, task}, timeout=grace)
             turn.cancel()
-            if started.ticket.running or task.done():
-                wait = max(0.0, until - loop.time())
+            if not started.ticket.running and not task.done():
+                wait = 0  # still queued: answer now, the analysis runs in its turn
     if not task.done() and (wait is None or wait > 0):
         await asyncio.wait({task}, timeout=wait)
     # answered before it is done: the analysis needs a row to poll (a finished one has one)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests import lanes
 from tests.servicekit import LiveServer, in_ci, live_server, make_settings
 from tests.web.browserkit import CHROMIUM, TIMEOUT_MS, Web, browser_unavailable
 
@@ -17,6 +18,7 @@ from tests.web.browserkit import CHROMIUM, TIMEOUT_MS, Web, browser_unavailable
 def browser() -> Iterator[Any]:
     """Debian's Chromium (headless) under Playwright. Skipped only when it is missing outside CI;
     with CI=true a missing browser fails the tests."""
+    lanes.require_slow("Chromium")
     why = browser_unavailable()
     if why is not None:
         if in_ci():
@@ -39,6 +41,7 @@ def web(browser: Any) -> Iterator[Web]:
     """Browser contexts for this test. Every page any of them opened must have logged no console
     error (CSP violations included), thrown nothing, opened no dialog and requested nothing from
     another origin: checked when the test ends."""
+    lanes.require_slow("Chromium")  # the browser is shared: the test that launched it may be another
     w = Web(browser)
     try:
         yield w

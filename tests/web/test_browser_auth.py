@@ -19,7 +19,8 @@ from app.db.session import Database
 from tests.servicekit import LiveServer, live_server, make_settings
 from tests.web.browserkit import OOM_CLASS, TRACEBACK, Web, axe_and_screenshots, expect, expect_report
 
-pytestmark = pytest.mark.browser
+# slow: Chromium (Playwright) against a live server
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

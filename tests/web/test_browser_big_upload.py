@@ -11,7 +11,8 @@ import pytest
 from tests.servicekit import ECC, LiveServer, live_server, make_settings
 from tests.web.browserkit import ECC_CLASS, ECC_TITLE, Web, expect, expect_report
 
-pytestmark = pytest.mark.browser
+# slow: Chromium (Playwright) against a live server
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 BIG_MB = 48
 # Chromium's network emulation throttles the upload, so that progress events come at a pace any

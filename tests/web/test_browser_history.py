@@ -20,7 +20,8 @@ from tests.web.browserkit import (
     submit,
 )
 
-pytestmark = pytest.mark.browser
+# slow: Chromium (Playwright) against a live server
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ECC_RULE = "cuda-uncorrectable-ecc"
 

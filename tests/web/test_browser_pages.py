@@ -26,7 +26,8 @@ from tests.web.browserkit import (
     submit,
 )
 
-pytestmark = pytest.mark.browser
+# slow: Chromium (Playwright) against a live server
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ASSET_BUDGET = 100 * 1024  # JS + CSS per page, uncompressed (issue 10)
 UNKNOWN_LOG = "step 1 loss 0.52\nstep 2 loss 0.49\nthe job stopped after a while\n"

@@ -12,7 +12,8 @@ import pytest
 from tests.servicekit import LiveServer
 from tests.web.browserkit import ECC_CLASS, Web, example_upload, expect, submit
 
-pytestmark = pytest.mark.browser
+# slow: Chromium (Playwright) against a live server
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 RIGHT_CLASS = "nccl.collective_timeout"
 COMMENT = "dcgmi diag passed on 10.12.0.33; the switch port flapped"

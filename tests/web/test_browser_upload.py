@@ -22,7 +22,8 @@ from tests.web.browserkit import (
     expect_report,
 )
 
-pytestmark = pytest.mark.browser
+# slow: Chromium (Playwright) against a live server
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def open_upload(web: Web, site: LiveServer, **kwargs: Any) -> Any:

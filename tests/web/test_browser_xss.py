@@ -16,7 +16,8 @@ import pytest
 from tests.servicekit import LiveServer
 from tests.web.browserkit import ECC_CLASS, Web, expect, expect_report, submit
 
-pytestmark = pytest.mark.browser
+# slow: Chromium (Playwright) against a live server
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SCRIPT = "<script>window.__xss=1</script>"
 IMG = '<img src=x onerror="window.__xss=1">'
