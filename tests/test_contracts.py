@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
 from pydantic import BaseModel
 
 from app.service.contracts import AnalysisResource, AnalysisSummary
@@ -60,6 +61,7 @@ def _post(client: httpx.Client, body: bytes, **params: str) -> httpx.Response:
     )
 
 
+@pytest.mark.slow  # a live server
 def test_resources_fill_exactly_what_the_contract_declares(client: httpx.Client) -> None:
     done = _post(client, training_log(ECC).encode(), job_id=f"c-{uuid.uuid4().hex[:8]}")
     assert done.status_code == 201, done.text
