@@ -137,8 +137,9 @@ def test_expected_time_counts_the_turns_ahead_at_the_measured_pace() -> None:
         assert (first.ahead, second.ahead, third.ahead) == (0, 1, 2)
         pace = adm.expected_s(0)  # nothing measured yet: the initial estimate, one analysis
         assert pace > 0
-        assert first.expected_s() == pace and second.expected_s() == pace  # both start in turn one
-        assert third.expected_s() == 2 * pace  # two slots: the third waits a whole turn
+        assert adm.expected_s(first.ahead) == pace and adm.expected_s(second.ahead) == pace  # turn one
+        assert adm.expected_s(third.ahead) == 2 * pace  # two slots: the third waits a whole turn
+        assert (first.turn_s(), second.turn_s(), third.turn_s()) == (0, 0, pace)
         for t in (*held, first, second, third):
             t.release()
 
@@ -204,7 +205,7 @@ def test_a_queued_upload_whose_turn_comes_in_the_grace_waits_for_its_analysis() 
         adm._seconds = 10 * ops.QUEUE_GRACE_S  # a slow pace: its own analysis is long, its turn is next
         running = adm.admit(client="a")
         queued = adm.admit(client="b")
-        assert queued.turn_s() == 0 and queued.expected_s() > ops.QUEUE_GRACE_S
+        assert queued.turn_s() == 0 and adm.expected_s(queued.ahead) > ops.QUEUE_GRACE_S
         task = asyncio.ensure_future(loop.create_future())
         waits_for_turn = queued.wait_turn
 

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 
 def _w(*, alive: bool = True, warm: bool = True, age: float | None = 0.2) -> WorkerState:
-    return WorkerState(pid=1, alive=alive, warm=warm, age=age)
+    return WorkerState(alive=alive, warm=warm, age=age)
 
 
 def test_warm_workers_that_beat_are_alive() -> None:

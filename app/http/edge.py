@@ -9,7 +9,7 @@ bot). So the edges are peers: none imports another, and adding one touches `app.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,4 +33,3 @@ class Edge:
     # in the background warm-up, before the app reports itself warm (compile what the first
     # visitor would otherwise wait for)
     warm: Callable[[FastAPI, AppContext], Awaitable[None]] | None = None
-    tags: tuple[str, ...] = field(default=())

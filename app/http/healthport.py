@@ -48,12 +48,12 @@ class Heartbeats:
 
 
 class WorkerState:
-    """What the listener knows of one slot: its process's pid, whether it is warm, its loop's age."""
+    """What the listener knows of one slot: whether its process lives and is warm, its loop's age."""
 
-    __slots__ = ("age", "alive", "pid", "warm")
+    __slots__ = ("age", "alive", "warm")
 
-    def __init__(self, *, pid: int | None, alive: bool, warm: bool, age: float | None) -> None:
-        self.pid, self.alive, self.warm, self.age = pid, alive, warm, age
+    def __init__(self, *, alive: bool, warm: bool, age: float | None) -> None:
+        self.alive, self.warm, self.age = alive, warm, age
 
 
 def verdict(workers: list[WorkerState], *, stall_s: float = STALL_S) -> tuple[int, dict[str, Any]]:

@@ -185,9 +185,8 @@ def serve_reuseport(
     slots: list[_Slot] = []
     health: HealthServer | None = None
     if health_port is not None:
-        health = HealthServer(
-            host, health_port, lambda: _states(slots, Heartbeats(beats)), stall_s=health_stall_s
-        )
+        stamps = Heartbeats(beats)
+        health = HealthServer(host, health_port, lambda: _states(slots, stamps), stall_s=health_stall_s)
         try:
             bound = health.bind()
         except OSError as exc:
@@ -265,9 +264,7 @@ def serve_reuseport(
 def _states(slots: list[_Slot], beats: Heartbeats) -> list[WorkerState]:
     now = time.monotonic()
     return [
-        WorkerState(
-            pid=s.proc.pid, alive=s.proc.is_alive(), warm=s.warm.is_set(), age=beats.age(s.index, now)
-        )
+        WorkerState(alive=s.proc.is_alive(), warm=s.warm.is_set(), age=beats.age(s.index, now))
         for s in list(slots)
     ]
 

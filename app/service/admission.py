@@ -52,10 +52,6 @@ class Ticket:
     def running(self) -> bool:
         return self.granted.done() and not self.granted.cancelled()
 
-    def expected_s(self) -> float:
-        """Seconds until it is done, at the measured pace: its turn, then its own analysis."""
-        return self.admission.expected_s(self.ahead)
-
     def turn_s(self) -> float:
         """Seconds until its turn, at the measured pace (0 when it is next for a slot)."""
         return self.admission.expected_s(self.ahead) - self.admission.expected_s(0)
