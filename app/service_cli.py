@@ -7,14 +7,12 @@ import datetime as dt
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.errors import UsageError
 
 if TYPE_CHECKING:
-    from app.db.session import Database
     from app.settings import Settings
 
 SCOPES = ("ingest", "read", "admin")
@@ -24,23 +22,6 @@ def _settings() -> Settings:
     from app.settings import get_settings
 
     return get_settings()
-
-
-def _database(settings: Settings) -> Database:
-    """The CLI's database: a bounded connect, no statement deadline (gc, retriage and migrations
-    may run long) and the pool's default patience."""
-    from app.db.session import Database, DbTimeouts
-
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    return Database(
-        settings.effective_database_url, timeouts=DbTimeouts(connect=settings.db_connect_timeout, pool=30.0)
-    )
-
-
-def _safe_url(url: str) -> str:
-    from sqlalchemy import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
 
 
 def _duration(text: str) -> dt.timedelta:
@@ -87,74 +68,19 @@ def _positive(text: str) -> int:
 # --- serve -------------------------------------------------------------------------------------
 
 
-def _wait_for_database(db: Any, settings: Any, *, wait_s: float) -> None:
-    """Reach the database before anything else, or stop with one line and exit status 1: a
-    traceback says less to the operator than the URL and the cause."""
-    from sqlalchemy import text
-    from sqlalchemy.exc import DBAPIError
-
-    from app.errors import ServiceUnavailableError
-
-    deadline = time.monotonic() + max(0.0, wait_s)
-    while True:
-        try:
-            with db.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-            return
-        except DBAPIError as exc:
-            cause = str(exc.orig or exc).strip().splitlines()[0][:200]
-            if time.monotonic() >= deadline:
-                db.dispose()
-                more = "" if wait_s else "; `--wait-for-db SECONDS` waits for it"
-                err = ServiceUnavailableError(
-                    f"the database {_safe_url(settings.effective_database_url)} cannot be reached "
-                    f"({cause}){more}"
-                )
-                err.exit_code = 1  # what process supervisors expect of a service that cannot start
-                raise err from None
-            time.sleep(1.0)
-
-
-def _mark_interrupted(db: Any, host: str) -> int:
-    """Analyses this host's dead servers left pending: marked failed (they will not finish)."""
-    from app.db import repo
-    from app.service.spool import pid_alive
-
-    with db.write() as s:
-        runners = {
-            int(r.rsplit(":", 1)[1])
-            for r in s.scalars(_pending_runners(host))
-            if r and r.rsplit(":", 1)[-1].isdigit()
-        }
-        return int(repo.mark_interrupted(s, host=host, alive=[p for p in runners if pid_alive(p)]))
-
-
-def _sweep(settings: Any, db: Any, *, dry_run: bool = False) -> Any:
-    from app.blobstore import open_blob_store
-    from app.service.housekeeping import sweep_orphans
-
-    return sweep_orphans(db=db, store=open_blob_store(settings), data_dir=settings.data_dir, dry_run=dry_run)
-
-
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Find (and, unless --dry-run, remove) what a crash left: orphan blob files, staging files
     of dead servers, analyses a dead server was running; report rows whose blob file is gone."""
-    from app.db.migrate import ensure_current
-    from app.service.spool import clean_stale_tmp
+    from app.service import admin as adm
 
-    settings = _settings()
-    db = _database(settings)
-    try:
-        ensure_current(db.engine, lock_dir=settings.data_dir)
-        host = os.uname().nodename
+    with adm.open_admin(settings=_settings()) as admin:
+        adm.ensure_schema(admin=admin)
         interrupted = 0
         stale = 0
         if not args.dry_run:
-            interrupted = _mark_interrupted(db, host)
-            stale = clean_stale_tmp(settings.data_dir)
-        swept = _sweep(settings, db, dry_run=args.dry_run)
-    finally:
-        db.dispose()
+            interrupted = adm.mark_interrupted(admin=admin, host=adm.this_host())
+            stale = adm.clean_staging(admin=admin)
+        swept = adm.sweep(admin=admin, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     print(f"orphan blob files: {len(swept.orphans)} ({verb})")
     if not swept.immediate:
@@ -171,10 +97,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.db import repo
-    from app.db.migrate import current_revision, ensure_current
     from app.http.deps import is_loopback
-    from app.service.spool import clean_stale_tmp
+    from app.service import admin as adm
     from app.settings import get_settings
 
     # flags become environment so every uvicorn worker process sees the same settings
@@ -187,22 +111,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.engine.pipeline.library import load_library
 
     library = load_library(settings.rules_dir)  # a broken rule file stops here, with a clear error
-    db = _database(settings)
-    _wait_for_database(db, settings, wait_s=args.wait_for_db)
-    try:
-        ensure_current(db.engine, lock_dir=settings.data_dir)
-        revision = current_revision(db.engine)
-        host = os.uname().nodename  # what socket.gethostname() returns, without importing socket
-        interrupted = _mark_interrupted(db, host)
-        with db.read() as s:
-            tokens = repo.any_active_token(s)
-        clean_stale_tmp(settings.data_dir)  # a dead server's staging files and blob claims first
-        swept = _sweep(settings, db)
-    finally:
-        db.dispose()
+    with adm.open_admin(settings=settings) as admin:
+        adm.wait_for_database(admin=admin, wait_s=args.wait_for_db)
+        revision = adm.ensure_schema(admin=admin)
+        interrupted = adm.mark_interrupted(admin=admin, host=adm.this_host())
+        tokens = adm.any_active_token(admin=admin)
+        adm.clean_staging(admin=admin)  # a dead server's staging files and blob claims first
+        swept = adm.sweep(admin=admin)
     print(
         f"logtriage: data in {settings.data_dir.resolve()} · database "
-        f"{_safe_url(settings.effective_database_url)} (schema {revision}) · rule library "
+        f"{admin.url} (schema {revision}) · rule library "
         f"{library.version} ({len(library.rules)} rules)",
         file=sys.stderr,
     )
@@ -265,33 +183,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pending_runners(host: str) -> Any:
-    from sqlalchemy import select
-
-    from app.db.models import Analysis
-
-    return (
-        select(Analysis.runner)
-        .where(Analysis.status == "pending", Analysis.runner.like(f"{host}:%"))
-        .distinct()
-    )
-
-
 # --- db ----------------------------------------------------------------------------------------
 
 
 def _move_schema(revision: str, *, down: bool) -> int:
-    from app.db.migrate import current_revision, downgrade, upgrade
+    from app.service import admin as adm
 
-    settings = _settings()
-    db = _database(settings)
-    try:
-        before = current_revision(db.engine)
-        (downgrade if down else upgrade)(db.engine, revision)
-        after = current_revision(db.engine)
-    finally:
-        db.dispose()
-    print(f"database {_safe_url(settings.effective_database_url)}: {before or 'empty'} -> {after or 'empty'}")
+    with adm.open_admin(settings=_settings()) as admin:
+        before, after = adm.move_schema(admin=admin, revision=revision, down=down)
+    print(f"database {admin.url}: {before or 'empty'} -> {after or 'empty'}")
     return 0
 
 
@@ -304,45 +204,24 @@ def cmd_db_downgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_db_current(_args: argparse.Namespace) -> int:
-    from app.db.migrate import current_revision, head_revision
+    from app.service import admin as adm
 
-    settings = _settings()
-    db = _database(settings)
-    try:
-        current = current_revision(db.engine)
-    finally:
-        db.dispose()
-    head = head_revision()
-    state = "up to date" if current == head else f"behind: run `logtriage db upgrade` (head {head})"
-    print(f"{_safe_url(settings.effective_database_url)}: {current or 'empty'} ({state})")
-    return 0 if current == head else 1
+    with adm.open_admin(settings=_settings()) as admin:
+        state = adm.schema_state(admin=admin)
+    said = "up to date" if state.up_to_date else f"behind: run `logtriage db upgrade` (head {state.head})"
+    print(f"{admin.url}: {state.current or 'empty'} ({said})")
+    return 0 if state.up_to_date else 1
 
 
 def cmd_db_gc(args: argparse.Namespace) -> int:
     """Delete blobs nothing refers to (rows and files), and stale staging files."""
+    from app.service import admin as adm
 
-    from app.blobstore import open_blob_store
-    from app.db import repo
-    from app.service.spool import clean_stale_tmp
-
-    settings = _settings()
-    db = _database(settings)
-    store = open_blob_store(settings)
-    try:
-        with db.read() as s:
-            unreferenced = repo.unreferenced_blobs(s)
-        if not args.dry_run:
-            with db.write() as s:
-                repo.delete_blob_rows(s, shas=unreferenced)
-            for sha in unreferenced:
-                store.delete(sha)
-            clean_stale_tmp(settings.data_dir)
+    with adm.open_admin(settings=_settings()) as admin:
         # files no row knows: at once unless a live server claims them (app.service.housekeeping)
-        orphans = _sweep(settings, db, dry_run=args.dry_run).orphans
-    finally:
-        db.dispose()
+        garbage = adm.collect_garbage(admin=admin, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
-    print(f"{verb} {len(unreferenced)} unreferenced blobs and {len(orphans)} orphan blob files")
+    print(f"{verb} {garbage.unreferenced} unreferenced blobs and {garbage.orphans} orphan blob files")
     return 0
 
 
@@ -350,20 +229,14 @@ def cmd_db_gc(args: argparse.Namespace) -> int:
 
 
 def cmd_tokens_create(args: argparse.Namespace) -> int:
-    from app.db import repo
-    from app.db.migrate import ensure_current
+    from app.service import admin as adm
 
-    settings = _settings()
-    db = _database(settings)
     scopes = list(dict.fromkeys(args.scope or ["ingest"]))
     expires = dt.datetime.now(dt.UTC) + args.expires_in if args.expires_in else None
-    try:
-        ensure_current(db.engine, lock_dir=settings.data_dir)
-        with db.write() as s:
-            row, secret = repo.create_token(s, name=args.name, scopes=scopes, expires_at=expires)
-            summary = f"token {row.name!r} (id {row.id}, scopes: {row.scopes})"
-    finally:
-        db.dispose()
+    with adm.open_admin(settings=_settings()) as admin:
+        adm.ensure_schema(admin=admin)
+        row, secret = adm.create_token(admin=admin, name=args.name, scopes=scopes, expires_at=expires)
+    summary = f"token {row.name!r} (id {row.id}, scopes: {' '.join(row.scopes)})"
     if args.quiet:
         print(secret)
         return 0
@@ -378,29 +251,13 @@ def cmd_tokens_create(args: argparse.Namespace) -> int:
 
 
 def cmd_tokens_list(args: argparse.Namespace) -> int:
-    from app.db import repo
-    from app.db.migrate import ensure_current
+    from dataclasses import asdict
 
-    settings = _settings()
-    db = _database(settings)
-    try:
-        ensure_current(db.engine, lock_dir=settings.data_dir)
-        with db.read() as s:
-            rows: list[dict[str, Any]] = [
-                {
-                    "id": t.id,
-                    "name": t.name,
-                    "prefix": t.prefix,
-                    "scopes": t.scopes.split(),
-                    "created_at": t.created_at.isoformat(),
-                    "last_used_at": t.last_used_at.isoformat() if t.last_used_at else None,
-                    "expires_at": t.expires_at.isoformat() if t.expires_at else None,
-                    "revoked_at": t.revoked_at.isoformat() if t.revoked_at else None,
-                }
-                for t in repo.list_tokens(s)
-            ]
-    finally:
-        db.dispose()
+    from app.service import admin as adm
+
+    with adm.open_admin(settings=_settings()) as admin:
+        adm.ensure_schema(admin=admin)
+        rows: list[dict[str, Any]] = [asdict(t) for t in adm.list_tokens(admin=admin)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -418,16 +275,10 @@ def cmd_tokens_list(args: argparse.Namespace) -> int:
 
 
 def cmd_tokens_revoke(args: argparse.Namespace) -> int:
-    from app.db import repo
+    from app.service import admin as adm
 
-    settings = _settings()
-    db = _database(settings)
-    try:
-        with db.write() as s:
-            row = repo.revoke_token(s, name_or_id=args.token)
-            name = row.name
-    finally:
-        db.dispose()
+    with adm.open_admin(settings=_settings()) as admin:
+        name = adm.revoke_token(admin=admin, name_or_id=args.token)
     print(f"revoked token {name!r}")
     return 0
 
@@ -499,8 +350,7 @@ def cmd_retriage(args: argparse.Namespace) -> int:
         ray_options = RayOptions(
             address=args.ray_address, batch_size=args.ray_batch, workers=args.ray_workers
         )
-    from app.db import repo
-    from app.db.migrate import ensure_current
+    from app.service import admin as adm
     from app.service.retriage import change_report, retriage
 
     settings = _settings()
@@ -508,13 +358,15 @@ def cmd_retriage(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"rules_dir": Path(args.rules)})
     if args.engine:
         settings = settings.model_copy(update={"engine": args.engine})
-    db = _database(settings)
-    try:
-        ensure_current(db.engine, lock_dir=settings.data_dir)
-        with db.read() as s:
-            ids = repo.retriage_candidates(
-                s, since=args.since, until=args.until, failure_class=args.failure_class, limit=args.limit
-            )
+    with adm.open_admin(settings=settings) as admin:
+        adm.ensure_schema(admin=admin)
+        ids = adm.retriage_candidates(
+            admin=admin,
+            since=args.since,
+            until=args.until,
+            failure_class=args.failure_class,
+            limit=args.limit,
+        )
         if not ids:
             print("no analyses to re-triage in that window")
             return 0
@@ -522,9 +374,9 @@ def cmd_retriage(args: argparse.Namespace) -> int:
         print(
             f"re-triaging {len(ids)} analyses{where}{' (dry run)' if args.dry_run else ''}…", file=sys.stderr
         )
-        results = retriage(db=db, settings=settings, analysis_ids=ids, dry_run=args.dry_run, ray=ray_options)
-    finally:
-        db.dispose()
+        results = retriage(
+            db=admin.db, settings=settings, analysis_ids=ids, dry_run=args.dry_run, ray=ray_options
+        )
     report = change_report(results, dry_run=args.dry_run)
     if args.json:
         print(json.dumps({"report": report, "analyses": [{"id": i, **c} for i, c in results]}, indent=2))
