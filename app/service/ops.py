@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import re
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -20,11 +20,12 @@ from app.db import repo
 from app.db.models import Analysis
 from app.db.repo import AnalysisFilter as AnalysisFilter  # the edges' filter type, from here
 from app.errors import AnalysisNotReadyError, NotFoundError, ValidationFailedError
-from app.service import aggregates, present
+from app.service import aggregates, present, spool
 from app.service.access import Principal, check_can_read
 from app.service.analyses import Completed, Started
 from app.service.context import ServiceContext
 from app.service.jobs import ScanJob
+from app.service.spool import Staging
 
 # how long a request whose upload had to queue waits for its turn before it is answered 202:
 # a short queue still answers in one round trip, a burst's does not hold a connection
@@ -47,11 +48,17 @@ class Submission:
         return self.completed is not None
 
 
+def staged_upload(ctx: ServiceContext) -> AbstractContextManager[Staging]:
+    """Where an edge spools one upload's files: `with ops.staged_upload(ctx) as staging:`, then
+    `submit(..., staging=staging)`. Not handed over (an error, a refused form), it is removed."""
+    return spool.staged_upload(data_dir=ctx.settings.data_dir)
+
+
 async def submit(
     ctx: ServiceContext,
     *,
     job: ScanJob,
-    spool: Path,
+    staging: Staging,
     meta: repo.JobMeta,
     principal: Principal,
     idempotency_key: str | None,
@@ -70,7 +77,7 @@ async def submit(
     started = await begin(
         ctx,
         job=job,
-        spool=spool,
+        staging=staging,
         meta=meta,
         principal=principal,
         idempotency_key=idempotency_key,
@@ -84,7 +91,7 @@ async def begin(
     ctx: ServiceContext,
     *,
     job: ScanJob,
-    spool: Path,
+    staging: Staging,
     meta: repo.JobMeta,
     principal: Principal,
     idempotency_key: str | None,
@@ -95,7 +102,7 @@ async def begin(
     stored). An upload whose body is still arriving starts here and `settle`s once it is in."""
     return await ctx.service.start(
         job=job,
-        spool=spool,
+        spool=staging.hand_over(),  # the analysis removes it from here on, whatever happens
         meta=meta,
         token_id=principal.token_id,
         idempotency_scope=principal.idempotency_scope,

@@ -8,6 +8,8 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +190,35 @@ class GrowingFile(io.RawIOBase):
         with contextlib.suppress(OSError):
             self._fh.close()
         super().close()
+
+
+# --- one upload's staging folder, as the edges hold it ------------------------------------------
+
+
+@dataclass(eq=False)
+class Staging:
+    """Where one upload's files are spooled before its analysis (`staged_upload`). Handed to
+    `ops.submit`/`ops.begin`, it belongs to the analysis, which removes it when done."""
+
+    path: Path
+    handed_over: bool = False
+
+    def hand_over(self) -> Path:
+        self.handed_over = True
+        return self.path
+
+    def remove(self) -> None:
+        """Remove it now (also after hand-over: an analysis cancelled before it read anything)."""
+        remove_tree(self.path)
+
+
+@contextlib.contextmanager
+def staged_upload(*, data_dir: Path) -> Iterator[Staging]:
+    """A new staging folder for one upload (REST, web form, Slack alike). Left without being
+    handed to an analysis, by return or by error, it is removed: an edge cannot leak one."""
+    staging = Staging(path=spool_path_for(data_dir))
+    try:
+        yield staging
+    finally:
+        if not staging.handed_over:
+            remove_tree(staging.path)

@@ -41,7 +41,6 @@ from app.service.access import Principal
 from app.service.context import ServiceContext
 from app.service.jobs import InputFile, ScanJob
 from app.service.metadata import JobMeta
-from app.service.spool import remove_tree, spool_path_for
 from app.slack import CHANNEL_ID, blocks, verify, webapi
 
 if TYPE_CHECKING:
@@ -395,23 +394,19 @@ class SlackBot:
 
         async def analyse() -> None:
             nonlocal outcome
-            spool = spool_path_for(self.settings.data_dir)
-            try:
-                job = await work(spool)
-            except BaseException:
-                remove_tree(spool)
-                raise
-            submission = await ops.submit(
-                self.ctx,
-                job=job,
-                spool=spool,
-                meta=JobMeta(source="slack", labels={"slack_channel": channel}),
-                principal=slack_principal(user),
-                idempotency_key=None,
-                request_digest="slack",
-                wait=None,
-                client=f"slack:{user}",
-            )
+            with ops.staged_upload(self.ctx) as staging:
+                job = await work(staging.path)
+                submission = await ops.submit(
+                    self.ctx,
+                    job=job,
+                    staging=staging,
+                    meta=JobMeta(source="slack", labels={"slack_channel": channel}),
+                    principal=slack_principal(user),
+                    idempotency_key=None,
+                    request_digest="slack",
+                    wait=None,
+                    client=f"slack:{user}",
+                )
             res = await asyncio.to_thread(ops.submission_resource, self.ctx, submission=submission, base=base)
             await self.post_analysis(
                 res, channel=channel, thread_ts=thread_ts, base=base, purpose="reply", user=user

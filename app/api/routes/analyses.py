@@ -34,7 +34,6 @@ from app.service import ops, present
 from app.service.analyses import Started
 from app.service.jobs import InputFile
 from app.service.metadata import Source, parse_labels
-from app.service.spool import remove_tree, spool_path_for
 
 router = APIRouter(prefix="/api/v1", tags=["analyses"])
 
@@ -143,53 +142,54 @@ async def create_analysis(
     if notify is not None:
         # before the upload is read: a refused request stores nothing
         notify_.check_channel(ctx, channel=notify)
-    spool = spool_path_for(settings.data_dir)
     query = {"job_id": job_id, "framework": framework, "exit_code": exit_code, "host": host}
     client = request.client.host if request.client else None
     early: Started | None = None
-
-    async def start(intake: Intake, key: str | None) -> Started:
-        return await ops.begin(
-            ctx,
-            job=intake.job,
-            spool=spool,
-            meta=intake.meta,
-            principal=principal,
-            idempotency_key=key,
-            request_digest=intake.digest,
-            client=client,
-        )
-
-    async def analyse_while_it_arrives(f: InputFile) -> None:
-        # a big raw body without an Idempotency-Key (nothing to compare it with first): the
-        # scan worker reads the spool behind the upload instead of after it
-        nonlocal early
-        first = Upload(files=[f], parts=[("log", f.name, "")])
-        early = await start(intake_of(first, query=query, labels=label or [], source=source), None)
-
-    try:
-        upload = await receive(
-            request,
-            spool=spool,
-            limit=settings.max_upload_bytes,
-            raw_name=filename,
-            digest=idempotency_key is not None,
-            on_spool=analyse_while_it_arrives if idempotency_key is None else None,
-        )
-        intake = intake_of(upload, query=query, labels=label or [], source=source)
-    except BaseException:
-        if early is not None and early.task is not None:
-            early.task.cancel()  # its scan worker stops at the abort; its turn goes to the next
-        remove_tree(spool)
-        raise
     wait, applied = _prefer(prefer, settings.sync_wait)
-    try:
-        submission = await ops.settle(ctx, started=early or await start(intake, idempotency_key), wait=wait)
-    finally:
-        if early is not None and early.task is not None and early.task.done():
-            # an analysis that ended before the body did (it refused it) may have removed the
-            # spool before the request wrote its end marker there
-            remove_tree(spool)
+    with ops.staged_upload(ctx) as staging:
+
+        async def start(intake: Intake, key: str | None) -> Started:
+            return await ops.begin(
+                ctx,
+                job=intake.job,
+                staging=staging,
+                meta=intake.meta,
+                principal=principal,
+                idempotency_key=key,
+                request_digest=intake.digest,
+                client=client,
+            )
+
+        async def analyse_while_it_arrives(f: InputFile) -> None:
+            # a big raw body without an Idempotency-Key (nothing to compare it with first): the
+            # scan worker reads the spool behind the upload instead of after it
+            nonlocal early
+            first = Upload(files=[f], parts=[("log", f.name, "")])
+            early = await start(intake_of(first, query=query, labels=label or [], source=source), None)
+
+        try:
+            upload = await receive(
+                request,
+                spool=staging.path,
+                limit=settings.max_upload_bytes,
+                raw_name=filename,
+                digest=idempotency_key is not None,
+                on_spool=analyse_while_it_arrives if idempotency_key is None else None,
+            )
+            intake = intake_of(upload, query=query, labels=label or [], source=source)
+        except BaseException:
+            if early is not None and early.task is not None:
+                early.task.cancel()  # its scan worker stops at the abort; its turn goes to the next
+                staging.remove()
+            raise
+        try:
+            started = early or await start(intake, idempotency_key)
+            submission = await ops.settle(ctx, started=started, wait=wait)
+        finally:
+            if early is not None and early.task is not None and early.task.done():
+                # an analysis that ended before the body did (it refused it) may have removed the
+                # spool before the request wrote its end marker there
+                staging.remove()
     base = base_url(request, ctx)
     if notify is not None and not submission.replayed:
         # posted after the answer: the hook's latency does not include Slack's

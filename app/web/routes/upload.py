@@ -5,7 +5,6 @@ same intake and the same `ops.submit`."""
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
@@ -17,7 +16,7 @@ from app.http.shared import base_url
 from app.http.upload import CSRF_REFUSED, Upload, check_declared_length, intake_of, receive
 from app.service import ops
 from app.service.jobs import InputFile
-from app.service.spool import remove_tree, spool_path_for
+from app.service.spool import Staging
 from app.web.pages import FormPrincipal, WebPrincipal, csrf_ok, render, require_page
 
 router = APIRouter(include_in_schema=False)
@@ -56,34 +55,30 @@ async def upload_page(request: Request, ctx: CtxDep, principal: WebPrincipal) ->
 async def upload_form(request: Request, ctx: CtxDep, principal: FormPrincipal) -> Response:
     """The form, sent without JavaScript: analyse, then show the report (303)."""
     require_page(principal, "ingest", "uploading a log")
-    spool = spool_path_for(ctx.settings.data_dir)
-    if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-        # a form without file inputs filled (a paste only) may come urlencoded
-        return await _pasted_form(request, ctx, principal, spool)
-    try:
-        # the form's csrf_token is checked as the body streams by, before any file is kept
-        upload = await receive(
-            request,
-            spool=spool,
-            limit=ctx.settings.max_upload_bytes,
-            raw_name=None,
-            form=True,
-            csrf=lambda token: csrf_ok(request, ctx, token),
-        )
-        if not csrf_ok(request, ctx, (upload.fields.get("csrf_token") or [""])[-1]):
-            raise ForbiddenError(CSRF_REFUSED)
-        if not upload.files:
-            raise LogtriageError("choose a log file, a folder, or paste a traceback first")
-    except LogtriageError as exc:
-        remove_tree(spool)
-        return _page(request, ctx, principal, error=exc)
-    except BaseException:
-        remove_tree(spool)
-        raise
-    return await _analyse(request, ctx, principal, upload, spool)
+    with ops.staged_upload(ctx) as staging:  # not handed to an analysis (a refused form): removed
+        if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+            # a form without file inputs filled (a paste only) may come urlencoded
+            return await _pasted_form(request, ctx, principal, staging)
+        try:
+            # the form's csrf_token is checked as the body streams by, before any file is kept
+            upload = await receive(
+                request,
+                spool=staging.path,
+                limit=ctx.settings.max_upload_bytes,
+                raw_name=None,
+                form=True,
+                csrf=lambda token: csrf_ok(request, ctx, token),
+            )
+            if not csrf_ok(request, ctx, (upload.fields.get("csrf_token") or [""])[-1]):
+                raise ForbiddenError(CSRF_REFUSED)
+            if not upload.files:
+                raise LogtriageError("choose a log file, a folder, or paste a traceback first")
+        except LogtriageError as exc:
+            return _page(request, ctx, principal, error=exc)
+        return await _analyse(request, ctx, principal, upload, staging)
 
 
-async def _pasted_form(request: Request, ctx: CtxDep, principal: WebPrincipal, spool: Path) -> Response:
+async def _pasted_form(request: Request, ctx: CtxDep, principal: WebPrincipal, staging: Staging) -> Response:
     try:
         check_declared_length(request, PASTE_LIMIT)
         form = await request.form(max_fields=32, max_part_size=PASTE_LIMIT)
@@ -95,29 +90,28 @@ async def _pasted_form(request: Request, ctx: CtxDep, principal: WebPrincipal, s
         data = text.encode("utf-8")
         fields = {k: [str(v)] for k, v in form.items() if k in ("job_id", "framework") and str(v)}
         upload = Upload(
-            files=[InputFile("pasted.log", str(spool / "in-0"), data=data)],
+            files=[InputFile("pasted.log", str(staging.path / "in-0"), data=data)],
             fields=fields,
             parts=[("log", "pasted.log", hashlib.sha256(data).hexdigest())],
             total_bytes=len(data),
         )
     except LogtriageError as exc:
         return _page(request, ctx, principal, error=exc)
-    return await _analyse(request, ctx, principal, upload, spool)
+    return await _analyse(request, ctx, principal, upload, staging)
 
 
 async def _analyse(
-    request: Request, ctx: CtxDep, principal: WebPrincipal, upload: Upload, spool: Path
+    request: Request, ctx: CtxDep, principal: WebPrincipal, upload: Upload, staging: Staging
 ) -> Response:
     try:
         intake = intake_of(upload, query={}, labels=[], source="web")
     except LogtriageError as exc:
-        remove_tree(spool)
         return _page(request, ctx, principal, error=exc)
     try:
         submission = await ops.submit(
             ctx,
             job=intake.job,
-            spool=spool,
+            staging=staging,
             meta=intake.meta,
             principal=principal,
             idempotency_key=None,
