@@ -9,7 +9,7 @@ import pytest
 
 from app.engine.pipeline.library import load_library
 from app.errors import RuleError
-from tests.conftest import make_rules_dir
+from tests.conftest import ROOT, make_rules_dir
 
 GOOD = """
 id: good-rule
@@ -99,3 +99,34 @@ def test_the_cli_scan_defaults_equal_the_settings_defaults(monkeypatch: pytest.M
         assert scan_settings().max_bytes == 1234
     finally:
         get_settings.cache_clear()
+
+
+def test_who_acts_is_said_once_in_the_class_catalogue() -> None:
+    lib = load_library(ROOT / "rules")
+    used = {c.kind for c in lib.classes.values()}
+    assert used <= set(lib.kinds), "every class's kind has its words in failure-classes.yaml"
+    assert "unknown" in lib.kinds, "an analysis with no cause is shown in the catalogue's words too"
+    for k in lib.kinds.values():
+        assert k.label and k.who and k.action.endswith("."), k
+    # a kind a stored analysis names but the catalogue has since dropped still renders
+    assert lib.kind("retired").label == "Retired"
+
+
+@pytest.mark.parametrize(
+    ("mutation", "message"),
+    [
+        (('kind: hardware, summary: "Uncorrectable', 'kind: hardwar, summary: "Uncorrectable'), "hardwar"),
+        (('    who: "hardware: drain the node"\n', ""), "lacks who"),
+    ],
+)
+def test_a_catalogue_kind_must_be_complete_and_known(
+    tmp_path: Path, mutation: tuple[str, str], message: str
+) -> None:
+    root = make_rules_dir(tmp_path, {"host/good-rule.yaml": GOOD})
+    catalogue = root / "failure-classes.yaml"
+    text = catalogue.read_text(encoding="utf-8")
+    assert mutation[0] in text
+    catalogue.write_text(text.replace(*mutation, 1), encoding="utf-8")
+    with pytest.raises(RuleError, match=message) as info:
+        load_library(root)
+    assert "failure-classes.yaml" in str(info.value)

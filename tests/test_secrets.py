@@ -11,6 +11,7 @@ disk and the server's access log are searched for each secret.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
@@ -23,10 +24,22 @@ import yaml
 import zstandard
 from sqlalchemy import MetaData, create_engine, select
 
+from app.engine.pipeline.library import Library, default_rules_dir, load_library
 from app.engine.pipeline.redact import redact_stream, redact_text
 from app.http.accesslog import ScrubQuery, scrub_target
 from tests.conftest import ROOT
 from tests.servicekit import LiveServer, blob_files, wait_done
+
+
+def who_acts(kind: str) -> str:
+    """The bot's words for a kind: the project's class catalogue."""
+    return _catalogue().kind(kind).who
+
+
+@functools.cache
+def _catalogue() -> Library:
+    return load_library(default_rules_dir())
+
 
 DATA = yaml.safe_load((ROOT / "tests" / "secrets" / "planted.yaml").read_text())
 PLANTED = DATA["planted"]
@@ -168,7 +181,9 @@ def test_no_planted_secret_reaches_any_place_the_service_keeps_or_shows(
         from app.slack import blocks
 
         resource = client.get(f"{API}/{aid}").json()
-        pages["slack"] = json.dumps(blocks.diagnosis(resource, report_url=f"/analyses/{aid}"))
+        pages["slack"] = json.dumps(
+            blocks.diagnosis(resource, who_acts=who_acts, report_url=f"/analyses/{aid}")
+        )
         assert "[REDACTED:cookie]" in pages["slack"]  # the evidence line is in the message
     finally:
         access.removeHandler(keep)

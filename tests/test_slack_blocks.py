@@ -3,15 +3,28 @@ root cause, fix, recurrence and feedback buttons; log text stays literal; Slack'
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 import httpx
 import pytest
 
+from app.engine.pipeline.library import Library, default_rules_dir, load_library
 from app.slack.blocks import MAX_BLOCKS, MAX_HEADER, MAX_SECTION, diagnosis
 from tests.conftest import ROOT
 from tests.servicekit import LiveServer
+
+
+def who_acts(kind: str) -> str:
+    """The bot's words for a kind: the project's class catalogue."""
+    return _catalogue().kind(kind).who
+
+
+@functools.cache
+def _catalogue() -> Library:
+    return load_library(default_rules_dir())
+
 
 API = "/api/v1/analyses"
 
@@ -48,7 +61,7 @@ def test_a_real_analysis_renders_its_cause_fix_recurrence_and_buttons(
         assert r.status_code == 201, r.text
     res = r.json()
     url = f"{server.url}/analyses/{res['id']}"
-    msg = diagnosis(res, report_url=url)
+    msg = diagnosis(res, who_acts=who_acts, report_url=url)
     _within_limits(msg)
     header = msg["blocks"][0]["text"]["text"]
     assert header == res["root_cause"]["title"]
@@ -80,7 +93,7 @@ def test_log_text_is_literal_and_limits_hold() -> None:
         "suspect_hosts": [{"host": "<node-7>"}],
         "metadata": {"job_id": "job<&>"},
     }
-    msg = diagnosis(res, report_url="https://lt.example/analyses/01ABC")
+    msg = diagnosis(res, who_acts=who_acts, report_url="https://lt.example/analyses/01ABC")
     _within_limits(msg)
     body = "\n".join(_texts(msg))
     for raw in ("<!channel>", "<https://evil", "<@U123>", "<!here>", "<node-7>", "<b>", "job<&>"):
@@ -99,7 +112,7 @@ def test_an_unknown_result_says_what_to_collect() -> None:
         "next_steps": ["Attach the full traceback of the first rank that failed"],
         "possible_causes": [{"failure_class": "cuda.out_of_memory", "title": "CUDA out of memory"}],
     }
-    msg = diagnosis(res, report_url="https://lt.example/analyses/01XYZ", feedback=False)
+    msg = diagnosis(res, who_acts=who_acts, report_url="https://lt.example/analyses/01XYZ", feedback=False)
     _within_limits(msg)
     body = "\n".join(_texts(msg))
     assert msg["blocks"][0]["text"]["text"] == "No known failure matched"
@@ -126,7 +139,7 @@ def test_the_fix_text_is_in_the_message(server: LiveServer, client: httpx.Client
     log = (ROOT / "examples" / "ecc-cascade" / "rank2.log").read_bytes()
     r = client.post(API, content=log, headers={"Content-Type": "text/plain"})
     res = r.json()
-    msg = diagnosis(res, report_url=f"{server.url}/analyses/{res['id']}")
+    msg = diagnosis(res, who_acts=who_acts, report_url=f"{server.url}/analyses/{res['id']}")
     fix = next(t for t in _texts(msg) if t.startswith("*What to do*"))
     assert "nvidia-smi" in fix and len(fix) <= MAX_SECTION
 

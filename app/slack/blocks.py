@@ -14,19 +14,13 @@ fallback text.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
 MAX_HEADER = 150
 MAX_TEXT = 40_000
-KIND_WHO = {
-    "hardware": "hardware: drain the node",
-    "infra": "infrastructure / platform",
-    "config": "job config: change a setting",
-    "code": "code: a bug in the job or a framework",
-    "numerics": "numerics: the training diverged",
-}
 FEEDBACK_ACTIONS = ("feedback_correct", "feedback_wrong")
 
 
@@ -97,10 +91,16 @@ def _section(text: str, url: str) -> dict[str, Any]:
 
 
 def diagnosis(
-    resource: dict[str, Any], *, report_url: str, feedback: bool = True, note: str | None = None
+    resource: dict[str, Any],
+    *,
+    report_url: str,
+    who_acts: Callable[[str], str],
+    feedback: bool = True,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """`{"text": fallback, "blocks": [...]}` for `chat.postMessage` / `chat.update`.
 
+    `who_acts`: a kind's line from the class catalogue (`Library.kind(k).who`).
     `note` is mrkdwn the bot wrote itself (who gave feedback, a re-triage), never log text."""
     root = resource.get("root_cause")
     aid = str(resource.get("id", ""))
@@ -116,7 +116,7 @@ def diagnosis(
         kind = str(root.get("kind", ""))
         facts = [
             f"*{escape(str(root.get('failure_class', '')))}*",
-            f"who acts: {escape(KIND_WHO.get(kind, kind))}",
+            f"who acts: {escape(who_acts(kind))}",
             f"confidence {float(root.get('confidence', 0)):.2f}",
         ]
         fw = resource.get("framework") or {}

@@ -477,7 +477,7 @@ class SlackBot:
         fingerprint: str | None = None,
     ) -> str | None:
         """Post the diagnosis; remember the message so feedback and re-triage update it."""
-        message = blocks.diagnosis(res, report_url=f"{base}/analyses/{res['id']}")
+        message = blocks.diagnosis(res, report_url=f"{base}/analyses/{res['id']}", who_acts=self._who_acts)
         try:
             sent = await self.client.chat_postMessage(
                 channel=channel, thread_ts=thread_ts, unfurl_links=False, unfurl_media=False, **message
@@ -521,7 +521,9 @@ class SlackBot:
         res, where = await asyncio.to_thread(load)
         if also and also[0] and also[1] and also not in where:
             where.append(also)
-        message = blocks.diagnosis(res, report_url=f"{base}/analyses/{analysis_id}", note=note)
+        message = blocks.diagnosis(
+            res, report_url=f"{base}/analyses/{analysis_id}", who_acts=self._who_acts, note=note
+        )
         for channel, ts in where:
             try:
                 await self.client.chat_update(channel=channel, ts=ts, **message)
@@ -618,6 +620,9 @@ class SlackBot:
             await self.client.chat_postEphemeral(channel=channel, user=user, text=text, blocks=blocks)
         except Exception as exc:
             log.warning("Slack: chat.postEphemeral failed: %s", _api_error(exc))
+
+    def _who_acts(self, kind: str) -> str:
+        return self.ctx.library.kind(kind).who
 
     async def _react(
         self, channel: str, ts: str, *, add: str | None = None, remove: str | None = None

@@ -18,23 +18,6 @@ from app.engine.pipeline.patches import ray_env_block
 from app.render.markdown import render_markdown
 from app.service.present import service_markdown
 
-KINDS: dict[str, tuple[str, str]] = {
-    "hardware": ("Hardware", "A faulty machine or interconnect: drain the node and run the job elsewhere."),
-    "infra": (
-        "Infrastructure",
-        "The cluster, scheduler, network or storage, not your code: tell whoever runs them.",
-    ),
-    "config": (
-        "Configuration",
-        "The job's settings are inconsistent or too aggressive: change them (patches below).",
-    ),
-    "code": ("Code", "A bug in the training code or a framework version: fix it or upgrade."),
-    "numerics": (
-        "Numerics",
-        "Training diverged: look at the data, the learning rate and the precision settings.",
-    ),
-    "unknown": ("Unknown", "Nothing matched with confidence."),
-}
 DIALECTS = {
     "yaml": "YAML",
     "hydra": "Hydra overrides",
@@ -148,8 +131,10 @@ def report_markdown(resource: dict[str, Any]) -> str:
     return render_markdown(AnalysisModel.model_validate(resource)) + service_markdown(resource)
 
 
-def kind_info(kind: str) -> tuple[str, str]:
-    return KINDS.get(kind, (kind.title(), ""))
+def kind_info(library: Library, kind: str) -> tuple[str, str]:
+    """(label, what to do) for the report's root card, in the class catalogue's words."""
+    k = library.kind(kind)
+    return k.label, k.action
 
 
 def possible_evidence(

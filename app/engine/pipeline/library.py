@@ -274,6 +274,16 @@ class FailureClass:
 
 
 @dataclass(frozen=True)
+class Kind:
+    """Who has to act on a class of failure, as every edge words it (`failure-classes.yaml`)."""
+
+    id: str
+    label: str  # "Hardware": the chip on a report
+    who: str  # "hardware: drain the node": one line in a chat message
+    action: str  # a sentence under the report's root cause
+
+
+@dataclass(frozen=True)
 class FrameworkDetector:
     name: str
     title: str
@@ -310,6 +320,7 @@ class Library:
     frameworks: list[FrameworkDetector]
     facts: list[FactSpec] = field(default_factory=list)
     changelog: str = ""
+    kinds: dict[str, Kind] = field(default_factory=dict)
     _by_id: dict[str, LoadedRule] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -325,6 +336,10 @@ class Library:
     def kind_of(self, failure_class: str) -> str:
         fc = self.classes.get(failure_class)
         return fc.kind if fc else "unknown"
+
+    def kind(self, kind_id: str) -> Kind:
+        """The catalogue's words for a kind (a stored analysis may name one since dropped)."""
+        return self.kinds.get(kind_id) or Kind(id=kind_id, label=kind_id.title(), who=kind_id, action="")
 
 
 def default_rules_dir() -> Path:
@@ -347,16 +362,29 @@ def _read_yaml(path: Path) -> Any:
         raise RuleError(f"cannot parse YAML: {exc}", file=str(path)) from None
 
 
-def _load_classes(root: Path) -> dict[str, FailureClass]:
-    data = _read_yaml(root / "failure-classes.yaml")
+def _load_classes(root: Path) -> tuple[dict[str, FailureClass], dict[str, Kind]]:
+    path = root / "failure-classes.yaml"
+    data = _read_yaml(path) or {}
     extra = _read_yaml(root / "class-relations.yaml") if (root / "class-relations.yaml").exists() else {}
     explains: dict[str, list[str]] = (extra or {}).get("explains", {})
+    kinds: dict[str, Kind] = {}
+    for kid, spec in (data.get("kinds") or {}).items():
+        missing = [k for k in ("label", "who", "action") if not (spec or {}).get(k)]
+        if missing:
+            raise RuleError(f"kind {kid!r} lacks {', '.join(missing)}", file=str(path), field="kinds")
+        kinds[kid] = Kind(id=kid, label=str(spec["label"]), who=str(spec["who"]), action=str(spec["action"]))
     out: dict[str, FailureClass] = {}
-    for cid, spec in (data or {}).get("classes", {}).items():
+    for cid, spec in data.get("classes", {}).items():
+        if kinds and spec["kind"] not in kinds:
+            raise RuleError(
+                f"class {cid!r}: kind {spec['kind']!r} is not one of {', '.join(kinds)}",
+                file=str(path),
+                field="kind",
+            )
         out[cid] = FailureClass(
             id=cid, kind=spec["kind"], summary=spec["summary"], explains=tuple(explains.get(cid, ()))
         )
-    return out
+    return out, kinds
 
 
 def _load_frameworks(root: Path) -> list[FrameworkDetector]:
@@ -490,7 +518,7 @@ def _load_library(root: Path) -> Library:
     meta = _read_yaml(root / "library.yaml") or {}
     if "version" not in meta:
         raise RuleError("missing `version`", file=str(root / "library.yaml"), field="version")
-    classes = _load_classes(root)
+    classes, kinds = _load_classes(root)
     rules: list[LoadedRule] = []
     seen: dict[str, Path] = {}
     for path in sorted(root.glob("*/*.yaml")):
@@ -521,4 +549,5 @@ def _load_library(root: Path) -> Library:
         frameworks=_load_frameworks(root),
         facts=facts,
         changelog=changelog,
+        kinds=kinds,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -17,7 +18,6 @@ from app.service import ops
 from app.web.pages import WebPrincipal, render, require_page
 
 router = APIRouter(include_in_schema=False)
-KINDS = ("hardware", "infra", "config", "code", "numerics", "unknown")
 PAGE_SIZES = (25, 50, 100)
 
 
@@ -66,9 +66,9 @@ class Filters:
         return bool(self.query(limit=None))
 
 
-def _to_filter(f: Filters, token_id: int | None) -> ops.AnalysisFilter:
-    if f.kind and f.kind not in KINDS:
-        raise ValidationFailedError(f"kind must be one of {', '.join(KINDS)}")
+def _to_filter(f: Filters, token_id: int | None, kinds: Sequence[str]) -> ops.AnalysisFilter:
+    if f.kind and f.kind not in kinds:
+        raise ValidationFailedError(f"kind must be one of {', '.join(kinds)}")
     if f.feedback not in ("", "yes", "no"):
         raise ValidationFailedError("feedback must be yes or no")
     since = parse_time(f.since or None, name="since")
@@ -132,7 +132,7 @@ async def history(
     error: LogtriageError | None = None
     page = None
     try:
-        flt = _to_filter(f, None if principal.allows("read") else principal.token_id)
+        flt = _to_filter(f, None if principal.allows("read") else principal.token_id, list(ctx.library.kinds))
         page = await asyncio.to_thread(
             ops.history_page,
             ctx,
@@ -154,7 +154,7 @@ async def history(
         f=f,
         page=page,
         error=error,
-        kinds=KINDS,
+        kinds=list(ctx.library.kinds.values()),
         frameworks=FRAMEWORK_NAMES,
         page_sizes=PAGE_SIZES,
         own_only=not principal.allows("read"),

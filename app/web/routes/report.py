@@ -87,7 +87,7 @@ async def render_report(
         root_view_for=lambda f: views[id(f)],
         symptoms=[f for f in a.get("findings") or [] if f["role"] == "symptom"],
         related=[f for f in a.get("findings") or [] if f["role"] == "related"],
-        kind=report_view.kind_info(root["kind"] if root else "unknown"),
+        kind=report_view.kind_info(ctx.library, root["kind"] if root else "unknown"),
         rule_texts=report.rule_texts,
         others=report.fingerprint_history,
         markdown=report_view.report_markdown(a),
