@@ -364,10 +364,21 @@ def test_rules_library_and_stats(client: httpx.Client) -> None:
     one = client.get("/api/v1/rules/cuda-out-of-memory").json()
     assert one["current"] is True and "id: cuda-out-of-memory" in one["yaml"]
     assert client.get("/api/v1/rules/no-such-rule").status_code == 404
-    assert client.get("/api/v1/rules", params={"class": "hardware.gpu_ecc_error"}).json()
+    ecc = client.get("/api/v1/rules", params={"class": "hardware.gpu_ecc_error"}).json()
+    assert ecc and {r["failure_class"] for r in ecc} == {"hardware.gpu_ecc_error"}
+    # the same words the /rules page searches with: every word in id, title, class or tags
+    found = client.get("/api/v1/rules", params={"q": "ECC uncorrectable"}).json()
+    assert found and len(found) < len(rules)
+    assert all("ecc" in f"{r['id']} {r['title']} {r['failure_class']}".lower() for r in found)
+    # a rule that names no framework applies to every framework's logs
+    verl = client.get("/api/v1/rules", params={"framework": "verl"}).json()
+    assert {r["id"] for r in verl} >= {r["id"] for r in rules if not r["frameworks"]}
+    assert all(not r["frameworks"] or "verl" in r["frameworks"] for r in verl)
     lib = client.get("/api/v1/library").json()
     assert lib["version"] and lib["version"] in lib["changelog"]
     assert lib["classes"]["cuda.out_of_memory"]["kind"] == "config"
+    # one named and one unknown of its own: the rate is between 0 and 1 whatever ran before
+    post_text(client, training_log(ECC.format(ip="10.4.4.4")))
     post_text(client, training_log("nothing to see here\n"))
     stats = client.get("/api/v1/stats", params={"days": 1}).json()
     assert stats["analyses"] >= 1

@@ -1,5 +1,6 @@
-"""What the edges read about rules beyond the library itself: the versions stored with past
-analyses, and how each rule does in the field (activity, feedback, comments)."""
+"""What the edges read about rules: the library's rules filtered one way for every edge, the
+versions stored with past analyses, and how each rule does in the field (activity, feedback,
+comments)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,40 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.db import repo
+from app.engine.pipeline.library import Rule
 from app.service import aggregates
 from app.service.context import ServiceContext
 
-__all__ = ["RuleField", "StoredRuleVersion", "rule_field", "rules_field", "stored_versions"]
+__all__ = ["RuleField", "StoredRuleVersion", "rule_field", "rules_field", "select_rules", "stored_versions"]
+
+
+def select_rules(
+    ctx: ServiceContext,
+    *,
+    failure_class: str | None = None,
+    framework: str | None = None,
+    status: str | None = None,
+    text: str | None = None,
+) -> list[Rule]:
+    """The library's rules by class then id, narrowed by each filter given. A rule that names no
+    framework applies to all, so it stays under any `framework`; `text`: every word must be in
+    the id, title, class or tags (case-insensitive)."""
+    words = (text or "").lower().split()
+    out = []
+    for lr in sorted(ctx.library.rules, key=lambda lr: (lr.rule.failure_class, lr.rule.id)):
+        r = lr.rule
+        if failure_class and r.failure_class != failure_class:
+            continue
+        if framework and r.frameworks and framework not in r.frameworks:
+            continue
+        if status and r.status.value != status:
+            continue
+        if words:
+            hay = f"{r.id} {r.title} {r.failure_class} {' '.join(r.tags)}".lower()
+            if any(w not in hay for w in words):
+                continue
+        out.append(r)
+    return out
 
 
 @dataclass(frozen=True)

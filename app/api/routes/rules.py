@@ -36,19 +36,15 @@ def list_rules(
     failure_class: Annotated[str | None, Query(alias="class")] = None,
     framework: str | None = None,
     status: str | None = None,
+    q: Annotated[
+        str | None,
+        Query(max_length=200, description="words that must all be in the id, title, class or tags"),
+    ] = None,
 ) -> list[dict[str, Any]]:
-    lib = ctx.library
-    out = []
-    for lr in sorted(lib.rules, key=lambda lr: (lr.rule.failure_class, lr.rule.id)):
-        r = lr.rule
-        if failure_class and r.failure_class != failure_class:
-            continue
-        if framework and r.frameworks and framework not in r.frameworks:
-            continue
-        if status and r.status.value != status:
-            continue
-        out.append(_summary(r, lib))
-    return out
+    found = rules_service.select_rules(
+        ctx, failure_class=failure_class, framework=framework, status=status, text=q
+    )
+    return [_summary(r, ctx.library) for r in found]
 
 
 @router.get(

@@ -38,19 +38,10 @@ async def rules_page(
     lib = ctx.library
 
     activity, feedback = await asyncio.to_thread(rules_service.rules_field, ctx)
-    words = [w.lower() for w in q.split()]
     rows = []
-    for lr in sorted(lib.rules, key=lambda lr: (lr.rule.failure_class, lr.rule.id)):
-        r = lr.rule
-        if class_ and r.failure_class != class_:
-            continue
-        if framework and r.frameworks and framework not in r.frameworks:
-            continue
-        if status and r.status.value != status:
-            continue
-        hay = f"{r.id} {r.title} {r.failure_class} {' '.join(r.tags)}".lower()
-        if any(w not in hay for w in words):
-            continue
+    for r in rules_service.select_rules(
+        ctx, failure_class=class_ or None, framework=framework or None, status=status or None, text=q
+    ):
         act = activity.get(r.id, {"root": [0, 0], "any": [0, 0]})
         rows.append(
             {
