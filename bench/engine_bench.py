@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -81,16 +82,55 @@ def growth(lt: list[str], size: int, runs: int) -> dict[str, object]:
     return {"size": size, "rows": rows, "findings_identical": same}
 
 
-def startup(lt: list[str], runs: int) -> dict[str, object]:
+def _serve_ready_s(cmd: list[str], env: dict[str, str], data_dir: Path) -> float:
+    """Seconds from starting `serve` (one worker, SQLite) to its first `/readyz` 200."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve_env = {**env, "LOGTRIAGE_DATA_DIR": str(data_dir), "LOGTRIAGE_HOST": "127.0.0.1"}
+    t = time.perf_counter()
+    proc = subprocess.Popen(
+        [*cmd, "serve", "--port", str(port), "--workers", "1"],
+        env=serve_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"engine_bench: serve exited with {proc.returncode}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+                    if r.status == 200:
+                        return time.perf_counter() - t
+            except OSError:
+                time.sleep(0.01)  # polling a process start: the measured quantity itself
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def startup(lt: list[str], runs: int, baseline: list[str] | None = None) -> dict[str, object]:
     """Whole-process wall times: what a person waits for at the prompt. Bytecode is written
     first (a fresh checkout has none, and PYTHONDONTWRITEBYTECODE would make every run compile
-    the sources), the rule cache is warm, each command runs once before timing."""
+    the sources), the rule cache is warm, each command runs once before timing. With
+    `baseline` (an older checkout's CLI), each of its commands runs right after ours, round by
+    round, so both see the same machine state; `serve` start-up (to the first `/readyz` 200) is
+    timed for both too."""
     import os
     import shutil
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "app")], check=True, env=env)
+    roots = [ROOT / "app"]
+    if baseline:
+        # the baseline's sources: `env PYTHONPATH=DIR ...` names them
+        roots += [Path(a.split("=", 1)[1]) / "app" for a in baseline if a.startswith("PYTHONPATH=")]
+    for root in roots:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(root)], check=True, env=env)
     example = ROOT / "examples" / "ecc-cascade"
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "one.log"
@@ -100,12 +140,14 @@ def startup(lt: list[str], runs: int) -> dict[str, object]:
         )
         patterns = Path(tmp) / "patterns.txt"
         subprocess.run([*lt, "rules", "export", "--format", "grep"], stdout=patterns.open("w"), check=True)
-        commands: dict[str, list[str]] = {
-            "python -c pass (bare interpreter)": [sys.executable, "-c", "pass"],
-            "logtriage --help": [*lt, "--help"],
-            "logtriage analyze one-line log": [*lt, "analyze", str(log), "--jobs", "1"],
-            "logtriage analyze examples/ecc-cascade": [*lt, "analyze", str(example)],
-        }
+        clis = {"": lt, **({"baseline ": baseline} if baseline else {})}
+        commands: dict[str, list[str]] = {"python -c pass (bare interpreter)": [sys.executable, "-c", "pass"]}
+        for prefix, cli in clis.items():
+            commands[f"{prefix}logtriage --help"] = [*cli, "--help"]
+        for prefix, cli in clis.items():
+            commands[f"{prefix}logtriage analyze one-line log"] = [*cli, "analyze", str(log), "--jobs", "1"]
+        for prefix, cli in clis.items():
+            commands[f"{prefix}logtriage analyze examples/ecc-cascade"] = [*cli, "analyze", str(example)]
         if shutil.which("rg"):
             commands["rg -f patterns examples/ecc-cascade"] = ["rg", "-c", "-f", str(patterns), str(example)]
         if shutil.which("grep"):
@@ -116,17 +158,27 @@ def startup(lt: list[str], runs: int) -> dict[str, object]:
                 str(patterns),
                 str(example),
             ]
-        out: dict[str, object] = {}
-        for label, cmd in commands.items():
+        walls: dict[str, list[float]] = {label: [] for label in commands}
+        for cmd in commands.values():
             subprocess.run(cmd, capture_output=True, env=env)  # warm-up
-            walls = []
-            for _ in range(runs):
+        for _ in range(runs):  # round by round: a load change hits every command alike
+            for label, cmd in commands.items():
                 t = time.perf_counter()
                 subprocess.run(cmd, capture_output=True, env=env)
-                walls.append(time.perf_counter() - t)
-            med = statistics.median(walls)
-            out[label] = {"median_s": round(med, 4), "min_s": round(min(walls), 4)}
-            print(f"{label:44} median {med * 1000:6.0f} ms   min {min(walls) * 1000:6.0f} ms")
+                walls[label].append(time.perf_counter() - t)
+        if baseline:
+            serves = {f"{p}logtriage serve to first /readyz": cli for p, cli in clis.items()}
+            for label, cli in serves.items():  # warm-up: the database created, bytecode written
+                _serve_ready_s(cli, env, Path(tmp) / label.split()[0])
+                walls[label] = []
+            for _ in range(max(5, runs // 2)):
+                for label, cli in serves.items():
+                    walls[label].append(_serve_ready_s(cli, env, Path(tmp) / label.split()[0]))
+        out: dict[str, object] = {}
+        for label, w in walls.items():
+            med = statistics.median(w)
+            out[label] = {"median_s": round(med, 4), "min_s": round(min(w), 4)}
+            print(f"{label:48} median {med * 1000:6.0f} ms   min {min(w) * 1000:6.0f} ms")
     return {"runs": runs, "commands": out}
 
 
@@ -172,6 +224,10 @@ def main() -> int:
     p.add_argument("--size", default="1G")
     p.add_argument("--runs", type=int, default=0)
     p.add_argument("--logtriage", help="command for the CLI")
+    p.add_argument(
+        "--baseline",
+        help='startup: an older checkout\'s CLI, e.g. "env PYTHONPATH=/tmp/base python -P -m app.cli"',
+    )
     args = p.parse_args()
     lt = scan_bench.logtriage_command(args.logtriage)
     if args.mode == "growth":
@@ -179,7 +235,8 @@ def main() -> int:
     elif args.mode == "redact":
         result = redact(scan_bench.gen_log.parse_size(args.size), args.runs or 3)
     else:
-        result = startup(lt, args.runs or 20)
+        base = shlex.split(args.baseline) if args.baseline else None
+        result = startup(lt, args.runs or 20, base)
     scan_bench.OUT.mkdir(parents=True, exist_ok=True)
     (scan_bench.OUT / f"engine-{args.mode}.json").write_text(json.dumps(result, indent=2))
     return 0
