@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -326,6 +327,11 @@ def test_the_first_keyword_or_a_phase_field_decides_the_phase(text: str, phase: 
         ("gpu", "ckpt-gather-deadlock", "mismatch", [1], "checkpoint"),
         ("gpu", "silent-rank-death", "vanished", [1], "train"),
         ("gpu", "straggler-timeout", "straggler", [1], "train"),
+        # no heartbeat: rank 1 is silent while stuck; it woke after the timeout (its last lines are
+        # in eval), or was still asleep when torchrun SIGTERMed it; the barrier desync's other rank
+        ("gpu", "silent-straggler", "straggler", [1], "train"),
+        ("gpu", "stuck-rank-sigterm", "straggler", [1], "train"),
+        ("gpu", "silent-ckpt-barrier-deadlock", "mismatch", [1], "checkpoint"),
     ],
 )
 def test_hangs_and_desyncs_name_the_rank_and_phase(
@@ -481,3 +487,31 @@ def test_no_offset_without_skew_nor_from_a_few_straggling_steps(
     assert a.timeline["clock_offsets"] == {}
     ranks = {r["rank"]: r for r in a.timeline["ranks"]}
     assert ranks[0]["last_time"] == ranks[2]["last_time"]
+
+
+def test_a_rank_the_launcher_terminated_was_alive_not_dead(compiled: CompiledLibrary) -> None:
+    # rank 1 printed nothing for 90 s while rank 0's watchdog timed out; torchrun's table shows
+    # it ended by the launcher's SIGTERM (exitcode -15) after rank 0's abort: stuck, not dead
+    a = _analyse(compiled, GPU / "stuck-rank-sigterm" / "console.log")
+    assert a.root_cause is not None and a.root_cause.failure_class == "nccl.collective_timeout"
+    verdicts = a.timeline["verdicts"]
+    assert not any(v["kind"] == "vanished" or v["failure_class"] == "nccl.error" for v in verdicts)
+    quiet = next(v for v in verdicts if "torchrun ended rank 1 with SIGTERM" in v["summary"])
+    assert quiet["ranks"] == [1] and "not dead" in quiet["summary"] and "exitcode -15" in quiet["summary"]
+
+
+def test_a_rank_missing_from_the_launchers_table_ended_on_its_own(compiled: CompiledLibrary) -> None:
+    # os._exit(0): torchrun lists only failed workers, so rank 1 is absent: it did end by itself
+    a = _analyse(compiled, GPU / "silent-rank-death" / "console.log")
+    assert a.timeline["verdict"]["kind"] == "vanished" and a.timeline["verdict"]["ranks"] == [1]
+
+
+def test_the_launchers_failure_table_is_read_per_rank() -> None:
+    from app.engine.timeline.builder import launcher_exits
+
+    lines = (GPU / "stuck-rank-sigterm" / "console.log").read_text().splitlines()
+    exits = launcher_exits([SimpleNamespace(name="console.log", tail=list(enumerate(lines, 1)))])
+    assert set(exits) == {0, 1}
+    assert exits[0].first and exits[0].exitcode == -6 and not exits[0].terminated
+    assert not exits[1].first and exits[1].exitcode == -15 and exits[1].terminated
+    assert exits[1].describe().startswith("exitcode -15, Signal 15 (SIGTERM)")

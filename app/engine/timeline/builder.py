@@ -24,6 +24,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from app.engine.timeline import clockskew, flight
@@ -393,6 +394,13 @@ def _rank_states(scans: Sequence[Any], year: int | None) -> dict[int, RankState]
                 or (t is not None and (prev.time is None or t >= prev.time))
                 or (t is None and prev.time is None and prev.file == scan.name)
             ):
+                if (
+                    t is not None
+                    and prev is not None
+                    and prev.time is not None
+                    and t - prev.time > st.stall_s
+                ):
+                    st.stall, st.stall_s = prev, t - prev.time
                 st.last_activity = line
     for rank, items in progress.items():
         items.sort(key=lambda x: (x[0], x[1], x[2]))
@@ -402,10 +410,23 @@ def _rank_states(scans: Sequence[Any], year: int | None) -> dict[int, RankState]
             states[rank].site = site
             if site.error:
                 states[rank].failed = True
+    fails = [st.failure_time for st in states.values() if st.failed and st.failure_time is not None]
     for st in states.values():
         if st.last_activity is not None:
             st.phase = phase_of(st.last_activity.text)
         st.phase = st.phase_hint or st.phase
+        if (
+            not st.failed
+            and fails
+            and st.stall is not None
+            and st.stall.time is not None
+            and st.stall_s >= VANISHED_GAP_S
+            and st.stall.time < min(fails) < st.stall.time + st.stall_s
+        ):
+            # it was silent when the others failed and printed again only later (it woke up after
+            # their timeout): it lagged where that silence began, not where its last lines are
+            st.stalled_at = phase_of(st.stall.text)
+            st.phase = st.stalled_at or st.phase
     return states
 
 
@@ -438,12 +459,16 @@ def silent_verdict(states: dict[int, RankState], base: Verdict | None) -> Verdic
 VANISHED_GAP_S = 10.0  # the others went on printing at least this long after its last line
 
 
-def quiet_verdict(states: dict[int, RankState], timed_out: dict[int, str]) -> Verdict | None:
+def quiet_verdict(
+    states: dict[int, RankState], timed_out: dict[int, str], exits: dict[int, LauncherExit] | None = None
+) -> Verdict | None:
     """Ranks that printed no error while the others failed in a collective: they are what the
     others waited for. When such a rank printed nothing at all (not even a heartbeat) for a
     while before the others gave up, or the others lost the connection to it, its process ended
     without a word (`nccl.error`: remote process exited); otherwise it lagged or hung.
-    `timed_out`: ranks whose collective timed out per the probes (watchdog, gloo), described."""
+    `timed_out`: ranks whose collective timed out per the probes (watchdog, gloo), described.
+    `exits`: torchrun's failure table: a quiet rank the launcher ended with SIGTERM after another
+    failed was alive until then (stuck, not dead), whatever its silence suggests."""
     if len(states) < 2:
         return None
     failed = {r: s for r, s in states.items() if s.failed}
@@ -464,11 +489,15 @@ def quiet_verdict(states: dict[int, RankState], timed_out: dict[int, str]) -> Ve
         return None
     peer_lost = any(s.site is not None and s.site.error and _PEER_LOST.search(s.site.error) for s in comm)
     ends = [s.last_time for r, s in states.items() if r not in quiet and s.last_time is not None]
+    exits = exits or {}
     gone = []
     for r in quiet:
         t = states[r].last_time
+        if r in exits and exits[r].terminated and not exits[r].first:
+            continue  # the launcher's teardown ended it: it was alive when the others failed
         if peer_lost or (t is not None and ends and max(ends) - t >= VANISHED_GAP_S):
             gone.append(r)
+    terminated = [r for r in quiet if r in exits and exits[r].terminated and not exits[r].first]
 
     act = states[quiet[0]].last_activity or states[quiet[0]].last_line
     assert act is not None
@@ -494,7 +523,16 @@ def quiet_verdict(states: dict[int, RankState], timed_out: dict[int, str]) -> Ve
         f"{_who(quiet)} reported no error while {waiting} failed waiting in a collective: "
         f"{_who(quiet)} lagged or hung; {last}"
     )
-    return Verdict("straggler", summary, quiet, phase=states[quiet[0]].phase, evidence=[act])
+    if terminated:
+        ended = "; ".join(f"rank {r} {exits[r].describe()}" for r in terminated[:4])
+        summary += (
+            f"; torchrun ended {_who(terminated)} with SIGTERM after the others failed ({ended}): "
+            "it was still running, stuck, not dead"
+        )
+    st = states[quiet[0]]
+    if st.stalled_at is not None and st.stall is not None:
+        summary += f"; it printed nothing for {st.stall_s:.0f} s after {st.stall.text.strip()[:120]!r}"
+    return Verdict("straggler", summary, quiet, phase=st.phase, evidence=[act])
 
 
 def gloo_mismatch_verdicts(probes: Iterable[tuple[str, str, Any]], year: int | None) -> list[Verdict]:
@@ -574,41 +612,79 @@ def _site_phase(cs: CallSite) -> str | None:
 
 
 _TORCHRUN_ROOT = re.compile(r"^Root Cause \(first observed failure\):")
+_TORCHRUN_OTHERS = re.compile(r"^Failures:\s*$")
+_TR_ENTRY = re.compile(r"^\[\d+\]:\s*$")
 _TR_FIELD = re.compile(r"^\s+(?P<k>time|host|rank|exitcode|traceback)\s*:\s*(?P<v>.*)$")
+SIGTERM_EXIT = -15
 
 
-def launcher_verdict(scans: Sequence[Any], states: dict[int, RankState]) -> Verdict | None:
+@dataclass(frozen=True)
+class LauncherExit:
+    """One rank's line in torchrun's failure table (`ChildFailedError`): how its process ended."""
+
+    rank: int
+    exitcode: int | None
+    traceback: str
+    first: bool  # the "Root Cause (first observed failure)" entry
+    line: int  # where the entry starts in its file
+    file: str
+
+    @property
+    def terminated(self) -> bool:
+        """Ended by the launcher's SIGTERM: torchrun tears the other workers down this way once
+        one has failed, so the rank was alive (running or stuck) until then."""
+        return self.exitcode == SIGTERM_EXIT or self.traceback.startswith("Signal 15 ")
+
+    def describe(self) -> str:
+        code = f"exitcode {self.exitcode}" if self.exitcode is not None else "exitcode ?"
+        sig = f", {self.traceback}" if self.traceback.startswith("Signal") else ""
+        return code + sig
+
+
+def launcher_exits(scans: Sequence[Any]) -> dict[int, LauncherExit]:
+    """torchrun's failure table, per rank (empty when the log has none). Ranks that exited 0 are
+    not listed: in a log with a table, a rank missing from it ended on its own, without error."""
+    # (file, section, first line, fields) per entry of the table
+    entries: list[tuple[str, str, int, dict[str, str]]] = []
+    for scan in scans:
+        section: str | None = None
+        for lineno, text in scan.tail:
+            if _TORCHRUN_OTHERS.match(text) or _TORCHRUN_ROOT.match(text):
+                section = "root" if text.startswith("Root") else "others"
+            elif section is not None and _TR_ENTRY.match(text):
+                entries.append((scan.name, section, lineno, {}))
+            elif section is not None and text.startswith("====="):
+                section = None
+            elif section is not None and entries and (m := _TR_FIELD.match(text)):
+                entries[-1][3].setdefault(m.group("k"), m.group("v").strip())
+    out: dict[int, LauncherExit] = {}
+    for file, section, start, fields in entries:
+        rank = _int((fields.get("rank") or "").split(" ", 1)[0] or None)
+        if rank is None or rank in out:
+            continue
+        code = _int((fields.get("exitcode") or "").split(" ", 1)[0] or None)
+        out[rank] = LauncherExit(rank, code, fields.get("traceback", ""), section == "root", start, file)
+    return out
+
+
+def launcher_verdict(exits: dict[int, LauncherExit], states: dict[int, RankState]) -> Verdict | None:
     """torchrun's "Root Cause (first observed failure)": the rank the launcher saw fail first. It
     is the first to *exit*, not always the culprit (a straggler's peer times out first), so this
     verdict only names a rank when nothing else does."""
-    for scan in scans:
-        fields: dict[str, str] = {}
-        start = None
-        for lineno, text in scan.tail:
-            if start is None:
-                if _TORCHRUN_ROOT.match(text):
-                    start = lineno
-                continue
-            m = _TR_FIELD.match(text)
-            if m:
-                fields.setdefault(m.group("k"), m.group("v").strip())
-            elif text.startswith("====="):
-                break
-        rank = _int((fields.get("rank") or "").split(" ", 1)[0] or None)
-        if start is None or rank is None:
-            continue
-        st = states.get(rank)
-        phase = st.phase if st else None
-        summary = f"torchrun saw rank {rank} fail first (exitcode {fields.get('exitcode', '?')}"
-        if fields.get("traceback", "").startswith("Signal"):
-            summary += f", {fields['traceback']}"
-        summary += ")"
-        if st is not None and st.last_activity is not None:
-            summary += f"; its last line: {st.last_activity.text.strip()[:160]!r}"
-        return Verdict(
-            "first_failure", summary, [rank], phase=phase, evidence=[Line(scan.name, start, "", None)]
-        )
-    return None
+    first = next((e for e in exits.values() if e.first), None)
+    if first is None:
+        return None
+    st = states.get(first.rank)
+    summary = f"torchrun saw rank {first.rank} fail first ({first.describe()})"
+    if st is not None and st.last_activity is not None:
+        summary += f"; its last line: {st.last_activity.text.strip()[:160]!r}"
+    return Verdict(
+        "first_failure",
+        summary,
+        [first.rank],
+        phase=st.phase if st else None,
+        evidence=[Line(first.file, first.line, "", None)],
+    )
 
 
 def _attribute(verdicts: list[Verdict], states: dict[int, RankState]) -> None:
@@ -620,9 +696,17 @@ def _attribute(verdicts: list[Verdict], states: dict[int, RankState]) -> None:
     for v in verdicts:
         if v.failure_class != "dist.collective_mismatch":
             continue
-        if not v.ranks and ahead:
-            v.ranks = list(ahead)
-            v.summary += f"; {_who(ahead)} got further than the others (skipped a collective)"
+        # a rank the verdict itself places behind (it failed inside the collective) is not the
+        # one that skipped it, however far its own progress lines got
+        further = [r for r in ahead if r not in v.behind]
+        if not v.ranks and further:
+            v.ranks = further
+            v.summary += f"; {_who(further)} got further than the others (skipped a collective)"
+        elif not v.ranks and v.behind and len(progress) == 2:
+            # two ranks: the one that ran the other collective is the one that did not fail in it
+            other = sorted(set(progress) - set(v.behind))
+            v.ranks = other
+            v.summary += f"; {_who(other)} ran the other collective"
         if v.phase is None:
             order = (v.behind or behind) + v.ranks
             sites = [cs for r in order if r in states and (cs := states[r].site) is not None]
@@ -717,8 +801,9 @@ def build(scans: Sequence[Any]) -> Timeline:
     for name, _file, rec in probes:
         if name == "gloo_timeout" and rec.ctx.rank is not None:
             timed_out.setdefault(rec.ctx.rank, f"gloo timed out waiting for a {rec.groups.get('op')}")
+    exits = launcher_exits(scans)
     for extra in (
-        quiet_verdict(tl.ranks, timed_out),
+        quiet_verdict(tl.ranks, timed_out, exits),
         silent_verdict(tl.ranks, verdicts[0] if verdicts else None),
     ):
         if extra is None:
@@ -729,7 +814,7 @@ def build(scans: Sequence[Any]) -> Timeline:
             verdicts.insert(0, extra)
         else:
             verdicts.append(extra)
-    first = launcher_verdict(scans, tl.ranks)
+    first = launcher_verdict(exits, tl.ranks)
     if first is not None:
         verdicts.append(first)
     for v in verdicts:

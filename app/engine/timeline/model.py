@@ -184,6 +184,9 @@ class RankState:
     progress: Progress = field(default_factory=Progress)
     site: CallSite | None = None  # where it stopped (its last traceback or watchdog stack)
     phase_hint: str | None = None  # the phase its last `phase=` field named (heartbeats)
+    stall: Line | None = None  # the activity line before its longest silence between two lines
+    stall_s: float = 0.0
+    stalled_at: str | None = None  # the phase of that silence, when it began before the others failed
 
     def as_dict(self, job_end: float | None) -> dict[str, Any]:
         silent = None

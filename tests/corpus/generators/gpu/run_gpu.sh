@@ -117,6 +117,29 @@ if want healthy-nccl-info; then
     go run_job healthy-nccl-info 29516 healthy.py --steps 50 --eval-every 10 --ckpt-every 25 \
         --ckpt-dir /tmp/corpus_ckpt/healthy-nccl-info
 fi
+if want silent-straggler; then
+    # the straggler without a heartbeat: rank 1 prints nothing while stuck, then torchrun
+    # SIGTERMs it (exitcode -15) once rank 0's watchdog has aborted: it was alive, not dead
+    JOB_ENV=(NCCL_DEBUG=WARN); JOB_WRAP=()
+    go run_job silent-straggler 29519 straggler_timeout.py --steps 30 --fault-step 10 --heartbeat 0
+fi
+if want stuck-rank-sigterm; then
+    # rank 1 stalls for 10x the timeout without a heartbeat: rank 0's watchdog aborts (torch
+    # 2.11 waits ~60 s for the debug dump first) while rank 1 still sleeps, silent; torchrun then
+    # SIGTERMs rank 1 (exitcode -15): alive and stuck, not dead
+    JOB_ENV=(NCCL_DEBUG=WARN TORCH_NCCL_DUMP_ON_TIMEOUT=0); JOB_WRAP=()
+    go run_job stuck-rank-sigterm 29522 straggler_timeout.py --steps 30 --fault-step 10 --heartbeat 0 \
+        --stall-factor 10
+fi
+if want silent-ckpt-barrier-deadlock; then
+    JOB_ENV=(NCCL_DEBUG=WARN); JOB_WRAP=()
+    go run_job silent-ckpt-barrier-deadlock 29520 ckpt_gather_deadlock.py --variant barrier --steps 30 \
+        --ckpt-every 10 --heartbeat 0 --ckpt-dir /tmp/corpus_ckpt/silent-ckpt-barrier-deadlock
+fi
+if want oom-colocated; then
+    JOB_ENV=(NCCL_DEBUG=WARN); JOB_WRAP=()
+    go run_job oom-colocated 29521 oom_colocated.py --steps 30 --fault-step 6
+fi
 if want hang-pyspy; then
     MK=/tmp/corpus_markers/hang-pyspy; rm -rf "$MK"; mkdir -p "$MK"
     JOB_ENV=(HANG_MARKER_DIR=$MK $(fr_env hang-pyspy)); JOB_WRAP=()

@@ -49,7 +49,7 @@ def build_parser(description=""):
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--ckpt-every", type=int, default=0)
     p.add_argument("--ckpt-dir", default="/tmp/ckpt")
-    p.add_argument("--heartbeat", type=float, default=5.0, help="heartbeat period, seconds")
+    p.add_argument("--heartbeat", type=float, default=5.0, help="heartbeat period, seconds (0: none)")
     p.add_argument("--no-ddp", action="store_true", help="sync grads with a hand-written all_reduce")
     p.add_argument("--fault-step", type=int, default=10, help="step at which the scenario's fault happens")
     p.add_argument("--fault-rank", type=int, default=1)
@@ -153,6 +153,8 @@ class Trainer:
         self.start_heartbeat()
 
     def start_heartbeat(self):
+        if self.args.heartbeat <= 0:  # a job without a heartbeat: a stuck rank prints nothing
+            return
         hb = logging.getLogger("heartbeat")
 
         def loop():
