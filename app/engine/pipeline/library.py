@@ -199,6 +199,8 @@ class FixtureExpect(Strict):
 
     captures: dict[str, str] = Field(default_factory=dict)
     patch_values: dict[str, str] = Field(default_factory=dict)  # "a.b.c" or "--flag" -> value
+    # patches that must NOT be offered for this log (its facts rule them out), same keys
+    absent_patches: list[str] = Field(default_factory=list)
     framework: str | None = None
     signature: str | None = None  # the fixture must match through this signature of the rule
 
@@ -296,7 +298,7 @@ class FactSpec:
     """A value the log states somewhere (argument dumps, start-up lines); first one wins."""
 
     name: str
-    type: Literal["int", "float", "str", "bool"]
+    type: Literal["int", "float", "str", "bool", "size"]  # size: "21.06 MiB" -> bytes (int)
     patterns: tuple[str, ...]
 
 
@@ -420,7 +422,7 @@ def _load_facts(root: Path) -> list[FactSpec]:
     out = []
     for name, spec in (data.get("facts") or {}).items():
         ftype = spec.get("type", "str")
-        if ftype not in ("int", "float", "str", "bool"):
+        if ftype not in ("int", "float", "str", "bool", "size"):
             raise RuleError(f"unknown type {ftype!r}", file=str(path), field=f"{name}.type")
         pats = tuple(spec.get("patterns") or ())
         if not pats:

@@ -8,6 +8,7 @@ call ``triage``.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -174,7 +175,23 @@ def scan_all(
     return [r for r in results if r is not None]
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPE]?)(i?)B\s*$", re.I)
+
+
+def size_bytes(text: str) -> int | None:
+    """ "21.06 MiB" -> 22083010; "1.5 GB" -> 1500000000; None when it is not a size."""
+    m = _SIZE.match(text)
+    if m is None:
+        return None
+    power = "KMGTPE".find(m.group(2).upper()) + 1 if m.group(2) else 0
+    base = 1024 if m.group(3) else 1000
+    return int(float(m.group(1)) * base**power)
+
+
 def _typed_fact(value: str, ftype: str) -> Any:
+    if ftype == "size":
+        size = size_bytes(value)
+        return value if size is None else size
     try:
         if ftype == "int":
             return int(float(value))

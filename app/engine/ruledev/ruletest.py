@@ -61,6 +61,10 @@ def run_fixture(compiled: CompiledLibrary, lr: LoadedRule, path: Path) -> CaseRe
                 return CaseResult(rule.id, name, False, f"no patch {k} (have {sorted(values)})")
             if str(values[k]) != str(v):
                 return CaseResult(rule.id, name, False, f"patch {k}={values[k]!r}, want {v!r}")
+        for k in expect.absent_patches:
+            if k in values:
+                why = f"patch {k} offered ({values[k]!r}); the log rules it out"
+                return CaseResult(rule.id, name, False, why)
         if expect.signature and expect.signature not in hit.signatures:
             return CaseResult(
                 rule.id, name, False, f"matched through {hit.signatures}, not signature {expect.signature!r}"
