@@ -36,6 +36,15 @@ remediation: Free space or write elsewhere.
         (("version: 1", "version: 0"), "version"),
         (("id: good-rule", "id: Bad_Rule"), "id"),
         (("remediation: Free space or write elsewhere.", "remediation: 'Free {nope} space'"), "nope"),
+        # an expression that cannot parse would only show as a patch never offered: refused at load
+        (
+            (
+                "remediation: Free space or write elsewhere.",
+                "remediation: Free space.\npatches:\n"
+                "  - {target: env, path: [TMPDIR], value: /big, why: more room, when: 'a )\n or b'}",
+            ),
+            "`when`",
+        ),
     ],
 )
 def test_schema_errors_name_file_and_field(tmp_path: Path, mutation: tuple[str, str], message: str) -> None:

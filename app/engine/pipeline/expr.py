@@ -134,6 +134,11 @@ def _parse(source: str) -> ast.expr:
     return tree.body
 
 
+def parse_expression(source: str) -> None:
+    """Raise ExprError when `source` is not an expression (a rule's `when:` or `valid:`)."""
+    _parse(source)
+
+
 def evaluate(source: str, scope: Scope) -> Any:
     return _eval(_parse(source), scope)
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.engine.pipeline.expr import ExprError, parse_expression
 from app.engine.pipeline.triggers import KINDS as TRIGGER_KINDS
 from app.errors import RuleError
 
@@ -175,6 +176,13 @@ class PatchSpec(Strict):
             raise ValueError(f"op `{self.op.value}` takes no `value`")
         if self.target is PatchTarget.cli and not self.path[-1].startswith("-"):
             raise ValueError("a cli patch path ends in the flag itself, e.g. ['--max-tokens-per-gpu']")
+        for name, source in (("when", self.when), ("valid", self.valid)):
+            # an expression that cannot parse would only surface as a patch silently not offered
+            if source is not None:
+                try:
+                    parse_expression(source)
+                except ExprError as exc:
+                    raise ValueError(f"`{name}`: {exc}") from None
         return self
 
 
