@@ -6,10 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from app.engine.models import Analysis
 from app.engine.pipeline.expr import ExprError, Missing, Scope, evaluate, render_template
+from app.engine.pipeline.ingest import collect_sources
 from app.engine.pipeline.library import PatchSpec
 from app.engine.pipeline.patches import ConfigView, compute_patches, config_diff, render_patch
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, triage
 from app.errors import ConfigFileError
+from tests.conftest import ROOT
 
 
 def test_expressions_compute_from_captures_and_facts() -> None:
@@ -229,3 +234,46 @@ def test_framework_patches_appear_only_for_the_detected_framework() -> None:
     assert select_specs([general, slime], []) == [general]  # a plain PyTorch job: no SGLang flag
     assert select_specs([general, slime], ["pytorch"]) == [general]
     assert select_specs([general, slime], ["slime", "sglang"]) == [general, slime]
+
+
+def _report(compiled: CompiledLibrary, text: str, tmp_path: Path) -> Analysis:
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    sources, _ = collect_sources([str(log)])
+    return triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+
+
+def _patched(a: Analysis) -> dict[str, object]:
+    return {p.path[-1]: p.value for f in a.findings for p in f.patches}
+
+
+IB_ERROR = (ROOT / "rules" / "hardware" / "nccl-ib-completion-error.match.log").read_text()
+# real step lines of the 2-GPU corpus trainer (tests/corpus/gpu/straggler-timeout)
+STEPS = "".join(
+    line + "\n"
+    for line in (ROOT / "tests/corpus/gpu/straggler-timeout/console.log").read_text().splitlines()
+    if " trainer: step " in line
+)
+
+
+def test_a_longer_ib_timeout_only_after_the_job_had_been_training(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    assert STEPS.count("\n") >= 10
+    at_start = _report(compiled, IB_ERROR, tmp_path)
+    assert at_start.root_cause is not None and at_start.root_cause.captures.get("wc_status") == "12"
+    assert "NCCL_IB_TIMEOUT" not in _patched(at_start), "status 12 before any step: an unreachable peer"
+    mid_run = _report(compiled, STEPS + IB_ERROR, tmp_path)
+    assert _patched(mid_run).get("NCCL_IB_TIMEOUT") == "22", "status 12 after training ran: congestion"
+
+
+def test_a_report_patches_each_setting_once_the_root_causes_way(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    # nccl-remote-error (a symptom here) asks for NCCL_DEBUG=WARN; the IB error needs INFO
+    a = _report(compiled, IB_ERROR, tmp_path)
+    keys = [(p.target, tuple(p.path)) for f in a.findings for p in f.patches]
+    assert len(keys) == len(set(keys))
+    assert a.root_cause is not None
+    assert {p.path[-1]: p.value for p in a.root_cause.patches}["NCCL_DEBUG"] == "INFO"
+    assert _patched(a)["NCCL_DEBUG"] == "INFO"

@@ -301,6 +301,11 @@ class FrameworkDetector:
     version: tuple[str, ...]
 
 
+# facts the engine derives from the whole log rather than from one line (`triage`):
+# metric_lines: training-metric lines read (a sample in long logs): 0 = no step ran that the log shows
+DERIVED_FACTS: dict[str, str] = {"metric_lines": "int"}
+
+
 @dataclass(frozen=True)
 class FactSpec:
     """A value the log states somewhere (argument dumps, start-up lines); first one wins."""
@@ -540,7 +545,7 @@ def _load_library(root: Path) -> Library:
         seen[lr.rule.id] = path
         rules.append(lr)
     facts = _load_facts(root)
-    fact_names = {f.name for f in facts}
+    fact_names = {f.name for f in facts} | set(DERIVED_FACTS)
     for lr in rules:
         # a placeholder is filled from a capture, else from a fact the log states elsewhere
         for name in sorted(lr.rule.template_names() - lr.rule.capture_names() - fact_names):

@@ -188,6 +188,21 @@ def size_bytes(text: str) -> int | None:
     return int(float(m.group(1)) * base**power)
 
 
+def _one_value_per_key(findings: list[Finding]) -> None:
+    """A setting is patched once per report: by the highest-ranked finding that patches it (the
+    root cause before its symptoms). A symptom's rule asking for another value of the same key
+    (NCCL_DEBUG=WARN under a root cause that needs INFO) would contradict the fix."""
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for f in findings:
+        kept = []
+        for p in f.patches:
+            key = (p.target, tuple(p.path))
+            if key not in seen:
+                seen.add(key)
+                kept.append(p)
+        f.patches = kept
+
+
 def _typed_fact(value: str, ftype: str) -> Any:
     if ftype == "size":
         size = size_bytes(value)
@@ -404,6 +419,7 @@ def triage(
     for s in scans:
         for name, (value, _line) in s.facts.items():
             facts.setdefault(name, _typed_fact(value, fact_types.get(name, "str")))
+    facts["metric_lines"] = sum(len(s.metrics) for s in scans)  # DERIVED_FACTS
 
     ranked = rank(matches, library)
     if opts.exit_code == 0:
@@ -424,6 +440,7 @@ def triage(
         )
         for r in ranked
     ]
+    _one_value_per_key(findings)
     root_finding = findings[0] if findings and findings[0].role == "root_cause" else None
     possible = (
         [_possible(r, f, library) for r, f in zip(ranked, findings, strict=True) if r.possible]

@@ -15,7 +15,7 @@ from pathlib import Path
 from app.engine.models import Analysis, Patch
 from app.engine.pipeline.expr import names_in
 from app.engine.pipeline.ingest import collect_sources
-from app.engine.pipeline.library import Library, LoadedRule, Severity
+from app.engine.pipeline.library import DERIVED_FACTS, Library, LoadedRule, Severity
 from app.engine.pipeline.matcher import PatternSpec, build_matcher, hyperscan_available
 from app.engine.pipeline.scan import CompiledLibrary
 from app.engine.pipeline.triage import TriageOptions, triage
@@ -123,7 +123,7 @@ class LintIssue:
 def lint(library: Library, *, cost_sample: bytes | None = None) -> tuple[list[LintIssue], dict[str, float]]:
     """Static checks plus each rule's scan cost (relative to a plain-literal pattern)."""
     issues: list[LintIssue] = []
-    known = {f.name for f in library.facts}
+    known = {f.name for f in library.facts} | set(DERIVED_FACTS)
     for lr in library.rules:
         rule = lr.rule
         fixtures = [f.name for f in lr.fixtures]
