@@ -139,3 +139,66 @@ def test_a_catalogue_kind_must_be_complete_and_known(
     with pytest.raises(RuleError, match=message) as info:
         load_library(root)
     assert "failure-classes.yaml" in str(info.value)
+
+
+STEPPED = GOOD.replace(
+    "remediation: Free space or write elsewhere.",
+    """remediation: Free space or write elsewhere.
+steps:
+  - do: 'verl keeps fewer checkpoints with `trainer.max_actor_ckpt_to_keep`'
+    frameworks: [verl]
+  - do: 'It was writing after the job had trained: the checkpoint, most likely'
+    when: 'metric_lines > 0'
+    because: [metric_lines]""",
+)
+DISK_FULL = "OSError: [Errno 28] No space left on device\n"
+VERL_LINE = '  File "/opt/verl/verl/trainer/main_ppo.py", line 64, in main\n'
+STEP_LINES = "".join(f"step {i} loss {1.0 / (i + 1):.4f} lr 1e-5 grad_norm 0.5\n" for i in range(12))
+
+
+def _remediation(root: Path, tmp_path: Path, text: str) -> str:
+    from app.engine.pipeline.ingest import collect_sources
+    from app.engine.pipeline.scan import CompiledLibrary
+    from app.engine.pipeline.triage import TriageOptions, triage
+
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    sources, _ = collect_sources([str(log)])
+    compiled = CompiledLibrary(load_library(root), engine="regex")
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None and a.root_cause.rule_id == "good-rule"
+    return a.root_cause.remediation
+
+
+def test_a_step_shows_only_where_its_framework_and_condition_hold(tmp_path: Path) -> None:
+    root = make_rules_dir(tmp_path, {"host/good-rule.yaml": STEPPED})
+    (root / "frameworks.yaml").write_text((ROOT / "rules" / "frameworks.yaml").read_text())
+    bare = _remediation(root, tmp_path, DISK_FULL)
+    assert bare.startswith("Free space or write elsewhere.")
+    assert "max_actor_ckpt_to_keep" not in bare, "a verl key shown to a job that is not verl"
+    assert "after the job had trained" not in bare, "its condition does not hold: no step ran"
+    verl = _remediation(root, tmp_path, VERL_LINE + DISK_FULL)
+    assert "- verl keeps fewer checkpoints with `trainer.max_actor_ckpt_to_keep`" in verl
+    trained = _remediation(root, tmp_path, STEP_LINES + DISK_FULL)
+    assert "- It was writing after the job had trained" in trained
+    assert "(the log: metric_lines " in trained, "the step says which fact chose it"
+
+
+def test_the_lint_finds_a_frameworks_keys_in_text_every_job_gets(tmp_path: Path) -> None:
+    from app.engine.ruledev.ruletest import lint
+
+    loose = GOOD.replace(
+        "remediation: Free space or write elsewhere.",
+        "remediation: Free space, e.g. verl `trainer.max_actor_ckpt_to_keep=2`.",
+    )
+    frameworks = (ROOT / "rules" / "frameworks.yaml").read_text()
+    for text, flagged in ((loose, True), (STEPPED, False)):
+        sub = tmp_path / ("loose" if flagged else "stepped")
+        sub.mkdir()
+        root = make_rules_dir(sub, {"host/good-rule.yaml": text})
+        (root / "frameworks.yaml").write_text(frameworks)
+        issues, _ = lint(load_library(root))
+        found = [i for i in issues if "keys for every job" in i.message]
+        assert bool(found) == flagged, found
+        if flagged:
+            assert "verl" in found[0].message and "trainer.max_actor_ckpt_to_keep" in found[0].message

@@ -154,6 +154,26 @@ class PatchOp(StrEnum):
     flag_off = "flag_off"
 
 
+class StepSpec(Strict):
+    """One remediation step that holds only for some jobs: a framework's keys, or a condition
+    over the log's facts. Shown after the rule's `remediation`, in order, when it applies."""
+
+    do: str = Field(min_length=10)  # Markdown; {placeholders} from the captures and facts
+    frameworks: list[Framework] = Field(default_factory=list)  # only when one is detected
+    when: str | None = None  # an expression; unknown (a name the log lacks) leaves the step out
+    # the facts or captures that chose it, shown with it ("because the log shows ...")
+    because: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _when_parses(self) -> StepSpec:
+        if self.when is not None:
+            try:
+                parse_expression(self.when)
+            except ExprError as exc:
+                raise ValueError(f"`when`: {exc}") from None
+        return self
+
+
 class PatchSpec(Strict):
     """A config change as declared in a rule; values are templates over captures/config."""
 
@@ -244,6 +264,7 @@ class Rule(Strict):
     implausible: list[Implausible] = Field(default_factory=list)
     explanation: str = Field(min_length=20)
     remediation: str = Field(min_length=10)
+    steps: list[StepSpec] = Field(default_factory=list)
     patches: list[PatchSpec] = Field(default_factory=list)
     references: list[Reference] = Field(default_factory=list)
     fixtures: dict[str, FixtureExpect] = Field(default_factory=dict)
@@ -262,8 +283,10 @@ class Rule(Strict):
         return self
 
     def template_names(self) -> set[str]:
-        """The names its remediation's {placeholders} use."""
-        return set(stdlib_re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", self.remediation))
+        """The names its remediation's and steps' {placeholders} use, and what steps cite."""
+        texts = [self.remediation, *(st.do for st in self.steps)]
+        names = {n for t in texts for n in stdlib_re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", t)}
+        return names | {n for st in self.steps for n in st.because}
 
     def capture_names(self) -> set[str]:
         if self.match is None:
@@ -299,6 +322,9 @@ class FrameworkDetector:
     title: str
     detect: tuple[str, ...]
     version: tuple[str, ...]
+    # config keys and flags only this framework has: advice naming one belongs in a step or patch
+    # for this framework (`logtriage rules lint`), not in text every job gets
+    keys: tuple[str, ...] = ()
 
 
 # facts the engine derives from the whole log rather than from one line (`triage`):
@@ -411,7 +437,7 @@ def _load_frameworks(root: Path) -> list[FrameworkDetector]:
     for name, spec in data.get("frameworks", {}).items():
         if name not in FRAMEWORKS:
             raise RuleError(f"unknown framework {name!r}", file=str(path), field="frameworks")
-        for p in [*spec.get("detect", []), *spec.get("version", [])]:
+        for p in [*spec.get("detect", []), *spec.get("version", []), *spec.get("keys", [])]:
             try:
                 _check_pattern(p)
             except ValueError as exc:
@@ -422,6 +448,7 @@ def _load_frameworks(root: Path) -> list[FrameworkDetector]:
                 title=spec.get("title", name),
                 detect=tuple(spec.get("detect", [])),
                 version=tuple(spec.get("version", [])),
+                keys=tuple(spec.get("keys", [])),
             )
         )
     return out

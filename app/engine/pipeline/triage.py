@@ -267,6 +267,52 @@ def _remediation_text(rule: Rule, captures: dict[str, str], facts: Mapping[str, 
     return "\n".join(kept)
 
 
+def _size_facts(library: Library) -> frozenset[str]:
+    return frozenset(f.name for f in library.facts if f.type == "size")
+
+
+def _cited(name: str, value: Any, sizes: frozenset[str]) -> str:
+    if name in sizes and isinstance(value, int):
+        return f"{name} {human_bytes(value)}"
+    return f"{name} {md_literal(str(value))}"
+
+
+def _steps(
+    rule: Rule, scope: Scope, frameworks: list[str], *, sizes: frozenset[str], problems: list[str]
+) -> list[str]:
+    """The rule's conditional steps that hold for this job, as Markdown list items: a step for a
+    framework only when that framework is detected (another framework's keys cost the user more
+    than no step), a step whose `when` is false or needs a value the log does not state left
+    out, each with the facts it cites."""
+    known: dict[str, Any] = {**scope.facts, **scope.captures}
+    out: list[str] = []
+    for step in rule.steps:
+        if step.frameworks and not set(frameworks) & set(step.frameworks):
+            continue
+        if step.when:
+            try:
+                if not render_template("{" + step.when + "}", scope):
+                    continue
+            except Missing:
+                continue
+            except (ExprError, TypeError, ValueError, ZeroDivisionError) as exc:
+                problems.append(f"{rule.id}: step `when` failed: {exc}")
+                continue
+        if any(name not in known for name in _PLACEHOLDER.findall(step.do)):
+            continue
+        text = _PLACEHOLDER.sub(lambda m: md_literal(str(known[m.group(1)])), step.do.strip())
+        cited = [_cited(n, known[n], sizes) for n in step.because if n in known]
+        if cited:
+            text += f" (the log: {'; '.join(cited)})"
+        lines = text.splitlines()
+        out.append("\n".join(["- " + lines[0], *("  " + ln.strip() for ln in lines[1:])]))
+    return out
+
+
+def _with_steps(text: str, steps: list[str]) -> str:
+    return text if not steps else text.rstrip() + "\n" + "\n".join(steps)
+
+
 def _finding(
     r: Ranked,
     *,
@@ -304,7 +350,10 @@ def _finding(
         captures=captures,
         ranks=sorted(m.ranks),
         hosts=sorted(m.hosts),
-        remediation=_remediation_text(rule, captures, scope_base.facts),
+        remediation=_with_steps(
+            _remediation_text(rule, captures, scope_base.facts),
+            _steps(rule, scope, frameworks, sizes=_size_facts(library), problems=problems),
+        ),
         patches=patches,
         explained_by=r.explained_by if r.role == "symptom" else None,
         files=m.files,

@@ -7,6 +7,7 @@ may fire on ``rules/_baseline/``.
 
 from __future__ import annotations
 
+import re as stdlib_re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from pathlib import Path
 from app.engine.models import Analysis, Patch
 from app.engine.pipeline.expr import names_in
 from app.engine.pipeline.ingest import collect_sources
-from app.engine.pipeline.library import DERIVED_FACTS, Library, LoadedRule, Severity
+from app.engine.pipeline.library import DERIVED_FACTS, Library, LoadedRule, Rule, Severity
 from app.engine.pipeline.matcher import PatternSpec, build_matcher, hyperscan_available
 from app.engine.pipeline.scan import CompiledLibrary
 from app.engine.pipeline.triage import TriageOptions, triage
@@ -36,6 +37,28 @@ def patch_key(p: Patch) -> str:
 def _analyse(compiled: CompiledLibrary, path: Path) -> Analysis:
     sources, _ = collect_sources([str(path)])
     return triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+
+
+def _foreign_keys(rule: Rule, library: Library) -> list[LintIssue]:
+    """Advice every job gets (the remediation, steps for no framework) that names a framework's
+    own keys: shown to a job of another framework it is wrong, so it belongs in a step or patch
+    with `frameworks:` (unless the rule is that framework's own)."""
+    text = "\n".join([rule.remediation, *(st.do for st in rule.steps if not st.frameworks)])
+    out = []
+    for fw in library.frameworks:
+        if fw.name in rule.frameworks:
+            continue
+        hits = sorted({m.group(0) for k in fw.keys for m in stdlib_re.finditer(k, text)})
+        if hits:
+            out.append(
+                LintIssue(
+                    rule.id,
+                    "warning",
+                    f"remediation names {fw.name} keys for every job ({', '.join(hits[:3])}): "
+                    f"move them into a step or patch with `frameworks: [{fw.name}]`",
+                )
+            )
+    return out
 
 
 def run_fixture(compiled: CompiledLibrary, lr: LoadedRule, path: Path) -> CaseResult:
@@ -166,6 +189,7 @@ def lint(library: Library, *, cost_sample: bytes | None = None) -> tuple[list[Li
                         "it resolves only from --config",
                     )
                 )
+        issues.extend(_foreign_keys(rule, library))
         if rule.status.value == "deprecated" and not rule.deprecated_by:
             issues.append(LintIssue(rule.id, "warning", "deprecated without `deprecated_by`"))
         if rule.failure_class not in library.classes:
