@@ -515,3 +515,14 @@ def test_the_launchers_failure_table_is_read_per_rank() -> None:
     assert exits[0].first and exits[0].exitcode == -6 and not exits[0].terminated
     assert not exits[1].first and exits[1].exitcode == -15 and exits[1].terminated
     assert exits[1].describe().startswith("exitcode -15, Signal 15 (SIGTERM)")
+
+
+def test_the_most_specific_line_of_the_cause_leads(compiled: CompiledLibrary) -> None:
+    # torch's "device-side assert triggered" and the kernel's own assertion are one failure: the
+    # report leads with the assertion (which index, which kernel), not the generic line after it
+    a = _analyse(compiled, GPU / "device-assert" / "console.log")
+    root = a.root_cause
+    assert root is not None and root.failure_class == "cuda.device_side_assert"
+    assert "Indexing.cu" in root.evidence[0].text and "Assertion" in root.evidence[0].text
+    generic = next(f for f in a.findings if f.rule_id == "cuda-device-side-assert")
+    assert generic.role != "root_cause" and root.confidence >= generic.confidence

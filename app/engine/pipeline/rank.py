@@ -124,6 +124,10 @@ def rank(matches: list[RuleMatch], library: Library) -> list[Ranked]:
     leaders = [r for r in candidates if r.confidence >= MIN_ROOT_CONFIDENCE]
     if leaders:
         root = leaders[0]
+        # the same failure seen two ways (torch's "device-side assert triggered" and the kernel's
+        # own assertion line): the more specific rule leads, so its line is the evidence shown
+        same = [r for r in leaders if r.failure_class == root.failure_class]
+        root = max(same, key=lambda r: (r.match.confidence, -same.index(r)))
         root.role = "root_cause"
         # Follow chains (ECC -> NCCL error -> NCCL timeout): symptoms of symptoms hang under root.
         by_id = {r.match.rule.id: r for r in items}
@@ -147,8 +151,13 @@ def _confidence(r: Ranked, items: list[Ranked], candidates: list[Ranked], *, alo
     conf = r.match.confidence
     if any(o.explained_by == r.match.rule.id and o.failure_class not in FALLBACK_CLASSES for o in items):
         conf += 0.04  # the expected cascade is present: corroboration
+    # another unexplained error of its weight competes; one of its own class corroborates
     rivals = [
-        c for c in candidates if c is not r and c.match.rule.severity.weight >= r.match.rule.severity.weight
+        c
+        for c in candidates
+        if c is not r
+        and c.failure_class != r.failure_class
+        and c.match.rule.severity.weight >= r.match.rule.severity.weight
     ]
     if rivals and candidates and candidates[0] is r:
         conf *= 0.85  # another unexplained error of the same weight: less certain
