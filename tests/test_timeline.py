@@ -526,3 +526,16 @@ def test_the_most_specific_line_of_the_cause_leads(compiled: CompiledLibrary) ->
     assert "Indexing.cu" in root.evidence[0].text and "Assertion" in root.evidence[0].text
     generic = next(f for f in a.findings if f.rule_id == "cuda-device-side-assert")
     assert generic.role != "root_cause" and root.confidence >= generic.confidence
+
+
+def test_silence_alone_does_not_make_a_rank_dead(compiled: CompiledLibrary) -> None:
+    # the per-rank files only (no launcher table): rank 1 went quiet while rank 0 timed out; the
+    # same files come from a rank that exited (silent-rank-death) and one still stuck when it was
+    # killed (stuck-rank-sigterm): the logged timeout leads, the silence is a statement about rank 1
+    for case in ("silent-rank-death", "stuck-rank-sigterm"):
+        files = sorted((GPU / case / "ranks").rglob("*.log"))
+        a = _analyse(compiled, *files)
+        assert a.root_cause is not None and a.root_cause.failure_class == "nccl.collective_timeout", case
+        quiet = next(v for v in a.timeline["verdicts"] if v["kind"] == "vanished")
+        assert quiet["ranks"] == [1] and quiet["failure_class"] is None
+        assert "nothing in these files says whether its process ended or hung" in quiet["summary"]

@@ -505,19 +505,34 @@ def quiet_verdict(
     last = f"its last line: {act.text.strip()[:160]!r} ({act.file}:{act.line})"
     if gone == quiet:
         how = "lost the connection to it" if peer_lost else "timed out waiting for it"
-        summary = (
-            f"{_who(quiet)} printed no error and nothing after its last line while {waiting} "
-            f"{how}: the process of {_who(quiet)} ended without a message (killed, or exited "
-            f"from the code); {last}"
+        # what shows it died: the peers lost the connection, or torchrun's table has it ending on
+        # its own (absent: exit 0; listed: a crash or a kill other than the teardown's SIGTERM)
+        confirmed = peer_lost or (
+            bool(exits) and all(r not in exits or not exits[r].terminated or exits[r].first for r in quiet)
         )
+        if confirmed:
+            summary = (
+                f"{_who(quiet)} printed no error and nothing after its last line while {waiting} "
+                f"{how}: the process of {_who(quiet)} ended without a message (killed, or exited "
+                f"from the code); {last}"
+            )
+        else:
+            summary = (
+                f"{_who(quiet)} printed no error and nothing after its last line while {waiting} "
+                f"{how}: nothing in these files says whether its process ended or hung without "
+                f"printing (torchrun's failure table, the scheduler's exit codes or `dmesg` would); "
+                f"{last}"
+            )
+        # inferred from silence alone it stays a statement of the timeline: the logged error
+        # (the others' timeout) leads, and this is not made a cause that explains it
         return Verdict(
             "vanished",
             summary,
             quiet,
-            "nccl.error",
+            "nccl.error" if confirmed else None,
             phase=states[quiet[0]].phase,
             evidence=[act],
-            trigger="rank_exited",
+            trigger="rank_exited" if confirmed else None,
         )
     summary = (
         f"{_who(quiet)} reported no error while {waiting} failed waiting in a collective: "
