@@ -539,3 +539,23 @@ def test_silence_alone_does_not_make_a_rank_dead(compiled: CompiledLibrary) -> N
         quiet = next(v for v in a.timeline["verdicts"] if v["kind"] == "vanished")
         assert quiet["ranks"] == [1] and quiet["failure_class"] is None
         assert "nothing in these files says whether its process ended or hung" in quiet["summary"]
+
+
+def test_torch_1x_fingerprints_without_a_sequence_number_are_read(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    # torch < 2.0 (TORCH_DISTRIBUTED_DEBUG=DETAIL) prints no SequenceNumber; the line as posted in
+    # Lightning-AI/pytorch-lightning#19680, cut after rank 0's fingerprint
+    log = tmp_path / "rank1.log"
+    log.write_text(
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: "
+        "CollectiveFingerPrint(OpType=ALLGATHER, TensorShape=[6], TensorDtypes=Double, "
+        "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda, layout=Strided (default), "
+        "requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt))), but "
+        "Rank 0 is running collective: CollectiveFingerPrint(OpType=_ALLGATHER_BASE).\n"
+    )
+    a = _analyse(compiled, log)
+    assert a.root_cause is not None and a.root_cause.failure_class == "dist.collective_mismatch"
+    v = a.timeline["verdict"]
+    assert "rank 1: ALLGATHER [6] vs rank 0: _ALLGATHER_BASE" in v["summary"]
+    assert "sequence" not in v["summary"]

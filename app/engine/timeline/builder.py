@@ -55,9 +55,10 @@ from app.engine.timeline.stacks import stack_autopsy
 
 _PG_RANK = r"\[PG (?:ID )?(?P<pg>\d+)(?!\d)[^\]]*?Rank (?P<prank>\d+)\]"
 # torch 2.6 prints a barrier's fingerprint without a separator or shapes:
-# "CollectiveFingerPrint(SequenceNumber=1OpType=BARRIER)"
+# "CollectiveFingerPrint(SequenceNumber=1OpType=BARRIER)"; torch < 2.0 has no sequence number:
+# "CollectiveFingerPrint(OpType=ALLGATHER, TensorShape=[6], TensorDtypes=Double, ...)"
 _FP = (
-    r"CollectiveFingerPrint\(SequenceNumber=(?P<s{0}>\d+)(?:, )?OpType=(?P<o{0}>\w+)"
+    r"CollectiveFingerPrint\((?:SequenceNumber=(?P<s{0}>\d+)(?:, )?)?OpType=(?P<o{0}>\w+)"
     r"(?:, TensorShape=\[(?P<shape_{0}>[^\]]*)\])?"
 )
 PROBES: dict[str, str] = {
@@ -298,8 +299,8 @@ def fingerprint_verdicts(probes: Iterable[tuple[str, str, Any]], year: int | Non
             + (f" [{g['shape_' + x]}]" if g.get("shape_" + x) is not None else "")
             for x in "ab"
         )
-        where = f" at sequence {g.get('sa')}"
-        if g.get("sa") != g.get("sb"):
+        where = f" at sequence {g.get('sa')}" if g.get("sa") is not None else ""
+        if g.get("sa") != g.get("sb") and g.get("sa") is not None and g.get("sb") is not None:
             a, b, where = f"{a} at sequence {g.get('sa')}", f"{b} at sequence {g.get('sb')}", ""
         out.append(
             Verdict(
