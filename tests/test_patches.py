@@ -277,3 +277,17 @@ def test_a_report_patches_each_setting_once_the_root_causes_way(
     assert a.root_cause is not None
     assert {p.path[-1]: p.value for p in a.root_cause.patches}["NCCL_DEBUG"] == "INFO"
     assert _patched(a)["NCCL_DEBUG"] == "INFO"
+
+
+def test_the_ray_runtime_env_form_only_for_a_job_on_ray(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    from app.render.markdown import render_markdown
+
+    oom = (ROOT / "rules" / "cuda" / "cuda-out-of-memory.match.log").read_text()  # a verl worker's
+    on_ray = _report(compiled, oom, tmp_path)
+    assert "PYTORCH_CUDA_ALLOC_CONF" in _patched(on_ray)
+    assert "As a Ray `runtime_env`" in render_markdown(on_ray)
+    # the message alone, as a plain torchrun job prints it (no Ray prefix, no verl paths)
+    plain = "".join(line.split(") ", 1)[-1] + "\n" for line in oom.splitlines() if "OutOfMemoryError" in line)
+    torchrun = _report(compiled, plain, tmp_path)
+    assert "PYTORCH_CUDA_ALLOC_CONF" in _patched(torchrun)
+    assert "As a Ray `runtime_env`" not in render_markdown(torchrun), "Ray advice for a job not on Ray"

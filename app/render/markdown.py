@@ -102,7 +102,7 @@ def render_markdown(a: Analysis) -> str:
                 dialect = f" ({p.framework})" if p.framework else ""
                 out += [f"- **{p.target}{dialect}**: {p.why}" + (f" _({p.note})_" if p.note else ""), ""]
                 out += ["  " + line for line in _fence(p.rendered, lang).splitlines()]
-            block = ray_env_block(root.patches)
+            block = ray_env_block(root.patches, frameworks=a.stats.get("frameworks_detected") or [])
             if block:
                 out += ["", "As a Ray `runtime_env`:", "", _fence(block, "python")]
         if a.config_diff:

@@ -111,7 +111,7 @@ def render_text(a: Analysis, *, colour: bool = False, width: int = 100) -> str:
             out.append("")
             out.append(s("CONFIG PATCHES", "bold", "green"))
             out.extend(_patch_line(p) for p in root.patches)
-            block = ray_env_block(root.patches)
+            block = ray_env_block(root.patches, frameworks=a.stats.get("frameworks_detected") or [])
             if block:
                 out.append(s("  as a Ray runtime_env:", "dim"))
                 out.extend("    " + ln for ln in block.splitlines())

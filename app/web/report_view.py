@@ -103,18 +103,22 @@ def finding_view(resource: dict[str, Any], finding: dict[str, Any], library: Lib
         evidence.append(
             EvidenceLine(e["file"], int(e["line"]), highlight(e["text"], patterns, ignore_case), href)
         )
-    return FindingView(finding, evidence, explanation, patch_tabs(finding.get("patches") or []))
+    frameworks = (resource.get("stats") or {}).get("frameworks_detected") or []
+    return FindingView(
+        finding, evidence, explanation, patch_tabs(finding.get("patches") or [], frameworks=frameworks)
+    )
 
 
-def patch_tabs(patches: list[dict[str, Any]]) -> list[PatchTab]:
-    """Patches as tabs, one per dialect in a fixed order, plus Ray's runtime_env for env vars."""
+def patch_tabs(patches: list[dict[str, Any]], *, frameworks: list[str]) -> list[PatchTab]:
+    """Patches as tabs, one per dialect in a fixed order, plus Ray's runtime_env for env vars
+    when the job runs on Ray."""
     tabs: dict[str, PatchTab] = {}
     for p in patches:
         target = p["target"]
         tab = tabs.setdefault(target, PatchTab(target, DIALECTS.get(target, target)))
         tab.snippets.append(p)
     out = [tabs[k] for k in DIALECTS if k in tabs]
-    block = ray_env_block(Patch.model_validate(p) for p in patches)
+    block = ray_env_block((Patch.model_validate(p) for p in patches), frameworks=frameworks)
     if block:
         out.append(
             PatchTab(

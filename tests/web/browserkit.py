@@ -46,9 +46,11 @@ TRACEBACK = """Traceback (most recent call last):
     main()
   File "train.py", line 8, in main
     loss.backward()
-torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.21 GiB is free.
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of 79.25 GiB of which 1.21 GiB is free. Including non-PyTorch memory, this process has 78.03 GiB memory in use. Of the allocated memory 76.12 GiB is allocated by PyTorch, and 1.42 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.
 """
 OOM_CLASS = "cuda.out_of_memory"
+# the same failure in a Ray worker of a verl job: its env patch also comes as a Ray runtime_env
+RAY_TRACEBACK = "".join(f"(WorkerDict pid=81234, ip=10.0.3.17) {line}\n" for line in TRACEBACK.splitlines())
 
 
 def browser_unavailable() -> str | None:

@@ -14,6 +14,7 @@ from tests.web.browserkit import (
     ECC_TITLE,
     EXAMPLE,
     OOM_CLASS,
+    RAY_TRACEBACK,
     TRACEBACK,
     Web,
     drop_files,
@@ -128,7 +129,7 @@ def test_copy_a_patch_and_the_report_as_markdown(web: Web, site: LiveServer) -> 
 
 def test_patch_tabs_switch_with_arrow_keys(web: Web, site: LiveServer) -> None:
     page = open_upload(web, site)
-    page.fill("#paste", TRACEBACK)
+    page.fill("#paste", RAY_TRACEBACK)
     page.click("#upload-submit")
     expect_report(page, failure_class=OOM_CLASS, title="CUDA out of memory")
     tabs = page.locator('[role="tablist"]').first.get_by_role("tab")

@@ -293,7 +293,15 @@ def _yaml_scalar(v: Any) -> str:
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
-def ray_env_block(patches: Iterable[Patch]) -> str | None:
+# frameworks whose workers are Ray actors: an env var reaches them through a runtime_env
+RAY_BASED = frozenset({"ray", "verl", "openrlhf", "roll", "slime", "chatlearn"})
+
+
+def ray_env_block(patches: Iterable[Patch], *, frameworks: Iterable[str]) -> str | None:
+    """The env patches as a Ray `runtime_env`, for a job the log shows running on Ray (a Ray
+    block in the report of a plain torchrun or DeepSpeed job is advice for another stack)."""
+    if not RAY_BASED & set(frameworks):
+        return None
     env = {
         p.path[-1]: _scalar(p.value, dialect="env") for p in patches if p.target == "env" and p.op == "set"
     }

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +186,8 @@ def size_bytes(text: str) -> int | None:
         return None
     power = "KMGTPE".find(m.group(2).upper()) + 1 if m.group(2) else 0
     base = 1024 if m.group(3) else 1000
-    return int(float(m.group(1)) * base**power)
+    # exact for any size a log prints, 10^400 GiB included (a float would overflow)
+    return int(Decimal(m.group(1)) * base**power)
 
 
 def _one_value_per_key(findings: list[Finding]) -> None:
