@@ -202,3 +202,21 @@ def test_the_lint_finds_a_frameworks_keys_in_text_every_job_gets(tmp_path: Path)
         assert bool(found) == flagged, found
         if flagged:
             assert "verl" in found[0].message and "trainer.max_actor_ckpt_to_keep" in found[0].message
+
+
+@pytest.mark.parametrize(
+    ("fact", "message"),
+    [
+        ("  bad:\n    type: int\n    value: 'a )('\n", "value:"),
+        (
+            "  both:\n    type: int\n    value: '1'\n    patterns: ['x (?P<value>\\d+)']\n",
+            "either patterns or a value",
+        ),
+    ],
+)
+def test_a_computed_fact_is_checked_at_load(tmp_path: Path, fact: str, message: str) -> None:
+    root = make_rules_dir(tmp_path, {"host/good-rule.yaml": GOOD})
+    facts = root / "facts.yaml"
+    facts.write_text(facts.read_text(encoding="utf-8") + fact, encoding="utf-8")
+    with pytest.raises(RuleError, match=message):
+        load_library(root)

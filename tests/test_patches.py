@@ -291,3 +291,23 @@ def test_the_ray_runtime_env_form_only_for_a_job_on_ray(compiled: CompiledLibrar
     torchrun = _report(compiled, plain, tmp_path)
     assert "PYTORCH_CUDA_ALLOC_CONF" in _patched(torchrun)
     assert "As a Ray `runtime_env`" not in render_markdown(torchrun), "Ray advice for a job not on Ray"
+
+
+def _root_remediation(compiled: CompiledLibrary, path: Path) -> str:
+    sources, _ = collect_sources([str(path)])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None and a.root_cause.failure_class == "cuda.out_of_memory"
+    return a.root_cause.remediation
+
+
+def test_oom_steps_follow_the_numbers_of_its_message(compiled: CompiledLibrary) -> None:
+    gpu = ROOT / "tests" / "corpus" / "gpu"
+    # another process holds 43.5 GiB of rank 1's GPU (tests/corpus/generators/gpu/oom_colocated.py)
+    colocated = _root_remediation(compiled, gpu / "oom-colocated" / "console.log")
+    assert "- Other processes hold 45.7 GiB of this GPU" in colocated
+    assert "(the log: oom_total 79.2 GiB; oom_free 31.9 GiB; oom_this_process 1.6 GiB)" in colocated
+    assert "The request alone" not in colocated
+    # 200 GiB asked of a 139.8 GiB GPU: no setting helps; others hold little
+    too_big = _root_remediation(compiled, gpu / "cuda-oom" / "console.log")
+    assert "- The request alone (200.0 GiB) is larger than this GPU (139.8 GiB)" in too_big
+    assert "Other processes hold" not in too_big

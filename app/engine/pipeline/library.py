@@ -339,6 +339,9 @@ class FactSpec:
     name: str
     type: Literal["int", "float", "str", "bool", "size"]  # size: "21.06 MiB" -> bytes (int)
     patterns: tuple[str, ...]
+    # instead of patterns: an expression over other facts, computed once the log is read
+    # ("oom_total - oom_free - oom_this_process"); absent when a fact it needs is
+    value: str | None = None
 
 
 @dataclass
@@ -465,8 +468,17 @@ def _load_facts(root: Path) -> list[FactSpec]:
         if ftype not in ("int", "float", "str", "bool", "size"):
             raise RuleError(f"unknown type {ftype!r}", file=str(path), field=f"{name}.type")
         pats = tuple(spec.get("patterns") or ())
-        if not pats:
-            raise RuleError("a fact needs patterns", file=str(path), field=name)
+        value = spec.get("value")
+        if bool(pats) == (value is not None):
+            why = "a fact has either patterns or a value (an expression)"
+            raise RuleError(why, file=str(path), field=name)
+        if value is not None:
+            try:
+                parse_expression(str(value))
+            except ExprError as exc:
+                raise RuleError(f"value: {exc}", file=str(path), field=name) from None
+            out.append(FactSpec(name=name, type=ftype, patterns=(), value=str(value)))
+            continue
         for p in pats:
             try:
                 _check_pattern(p)
@@ -524,7 +536,7 @@ def _library_key(root: Path) -> str:
     return h.hexdigest()[:24]
 
 
-_CACHE_FORMAT = "lib-2"
+_CACHE_FORMAT = "lib-3"
 
 
 def load_library(root: Path | None = None, *, cache_dir: Path | None = None) -> Library:

@@ -7,6 +7,7 @@ call ``triage``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -22,6 +23,7 @@ import regex
 from app.engine.models import Analysis, Evidence, Finding, FrameworkInfo, PossibleCause
 from app.engine.pipeline import triggers
 from app.engine.pipeline.expr import ExprError, Missing, Scope, render_template
+from app.engine.pipeline.expr import evaluate as evaluate_expression
 from app.engine.pipeline.findings import RuleMatch
 from app.engine.pipeline.ingest import ByteBudget, Source, file_size, human_bytes, too_large
 from app.engine.pipeline.library import FRAMEWORKS, Library, Rule
@@ -273,10 +275,15 @@ def _size_facts(library: Library) -> frozenset[str]:
     return frozenset(f.name for f in library.facts if f.type == "size")
 
 
-def _cited(name: str, value: Any, sizes: frozenset[str]) -> str:
+def _shown(name: str, value: Any, sizes: frozenset[str]) -> str:
+    """A fact as a step shows it: sizes as people read them (the engine keeps bytes)."""
     if name in sizes and isinstance(value, int):
-        return f"{name} {human_bytes(value)}"
-    return f"{name} {md_literal(str(value))}"
+        return human_bytes(value)
+    return md_literal(str(value))
+
+
+def _cited(name: str, value: Any, sizes: frozenset[str]) -> str:
+    return f"{name} {_shown(name, value, sizes)}"
 
 
 def _steps(
@@ -302,7 +309,7 @@ def _steps(
                 continue
         if any(name not in known for name in _PLACEHOLDER.findall(step.do)):
             continue
-        text = _PLACEHOLDER.sub(lambda m: md_literal(str(known[m.group(1)])), step.do.strip())
+        text = _PLACEHOLDER.sub(lambda m: _shown(m.group(1), known[m.group(1)], sizes), step.do.strip())
         cited = [_cited(n, known[n], sizes) for n in step.because if n in known]
         if cited:
             text += f" (the log: {'; '.join(cited)})"
@@ -471,6 +478,11 @@ def triage(
         for name, (value, _line) in s.facts.items():
             facts.setdefault(name, _typed_fact(value, fact_types.get(name, "str")))
     facts["metric_lines"] = sum(len(s.metrics) for s in scans)  # DERIVED_FACTS
+    for spec in library.facts:
+        if spec.value is not None:
+            # a fact it needs is not in the log (or not a number): no value
+            with contextlib.suppress(Missing, ExprError, TypeError, ValueError, ZeroDivisionError):
+                facts[spec.name] = evaluate_expression(spec.value, Scope(facts=facts))
 
     ranked = rank(matches, library)
     if opts.exit_code == 0:
