@@ -311,3 +311,21 @@ def test_oom_steps_follow_the_numbers_of_its_message(compiled: CompiledLibrary) 
     too_big = _root_remediation(compiled, gpu / "cuda-oom" / "console.log")
     assert "- The request alone (200.0 GiB) is larger than this GPU (139.8 GiB)" in too_big
     assert "Other processes hold" not in too_big
+
+
+def test_a_full_disk_is_advised_by_what_was_writing(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    def steps(path: Path) -> str:
+        sources, _ = collect_sources([str(path)])
+        a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+        assert a.root_cause is not None and a.root_cause.failure_class == "host.disk_full"
+        return a.root_cause.remediation
+
+    ckpt = steps(ROOT / "rules" / "host" / "host-disk-full.match.log")
+    assert "- It was saving a checkpoint" in ckpt and "datasets cache" not in ckpt
+    # huggingface/datasets writing its Arrow cache (LlamaFactory#275): no checkpoint advice
+    cache = steps(ROOT / "tests" / "corpus" / "advice" / "d-llamafactory-275-datasets-cache-enospc.log")
+    assert "- It was writing the datasets cache" in cache and "checkpoint" not in cache
+    bare = tmp_path / "enospc.log"
+    bare.write_text("OSError: [Errno 28] No space left on device\n")
+    unknown = steps(bare)
+    assert "- If it was saving a checkpoint" in unknown and "It was saving" not in unknown
