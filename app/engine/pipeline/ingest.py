@@ -452,6 +452,8 @@ def too_large(what: str) -> InputTooLargeError:
 
 
 def human_bytes(n: int) -> str:
+    if n >= 1 << 70:  # beyond what a float holds exactly (or at all: a log may claim 10^400 GiB)
+        return f"{n >> 30} GiB"
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
