@@ -329,3 +329,32 @@ def test_a_full_disk_is_advised_by_what_was_writing(compiled: CompiledLibrary, t
     bare.write_text("OSError: [Errno 28] No space left on device\n")
     unknown = steps(bare)
     assert "- If it was saving a checkpoint" in unknown and "It was saving" not in unknown
+
+
+def _analysed(compiled: CompiledLibrary, path: Path) -> Analysis:
+    sources, _ = collect_sources([str(path)])
+    return triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+
+
+ADVICE = ROOT / "tests" / "corpus" / "advice"
+
+
+def test_a_socket_failure_is_not_given_infiniband_advice(compiled: CompiledLibrary) -> None:
+    # NCCL's bootstrap cannot reach the other node: "returned 113(No route to host)" (sglang#3820)
+    a = _analysed(compiled, ADVICE / "b-sglang-3820-multinode-nccl-bootstrap-no-route.log")
+    assert a.root_cause is not None
+    text = a.root_cause.remediation
+    assert "- The TCP connection to 10.0.0.4<56849> failed (No route to host)" in text
+    assert "ibstat" not in text
+    # NCCL_DEBUG is INFO already (its lines are in the log): no patch lowering it to WARN
+    assert "NCCL_DEBUG" not in _patched(a)
+
+
+def test_transformer_engine_advice_only_where_it_runs(compiled: CompiledLibrary) -> None:
+    # an Inductor failure in nnU-Net (no Transformer Engine): Triton lacks libcuda.so
+    a = _analysed(compiled, ADVICE / "c-nnunet-2164-inductor-libcuda-so-not-found.log")
+    assert a.root_cause is not None
+    assert "NVTE_TORCH_COMPILE" not in a.root_cause.remediation and "NVTE_TORCH_COMPILE" not in _patched(a)
+    assert "`TRITON_LIBCUDA_PATH`" in a.root_cause.remediation
+    with_te = _analysed(compiled, ROOT / "rules" / "torch" / "te-torch-compile-backend-failed.match.log")
+    assert _patched(with_te).get("NVTE_TORCH_COMPILE") == "0"
