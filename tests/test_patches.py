@@ -358,3 +358,22 @@ def test_transformer_engine_advice_only_where_it_runs(compiled: CompiledLibrary)
     assert "`TRITON_LIBCUDA_PATH`" in a.root_cause.remediation
     with_te = _analysed(compiled, ROOT / "rules" / "torch" / "te-torch-compile-backend-failed.match.log")
     assert _patched(with_te).get("NVTE_TORCH_COMPILE") == "0"
+
+
+def test_grpo_advice_follows_the_terms_of_trls_check(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    # TRL 0.14-0.16: "(7 x 1)": processes x per-device, no accumulation (open-r1#217)
+    old = _analysed(compiled, ADVICE / "c-openr1-217-grpo-num-generations-vs-7-procs.log")
+    assert old.root_cause is not None
+    assert "Gradient accumulation is not part of this check" in old.root_cause.remediation
+    assert "raising them works too" not in old.root_cause.remediation
+    # the later form counts the accumulation steps: "(2 x 4 x 3)"
+    log = tmp_path / "grpo.log"
+    log.write_text(
+        "ValueError: The effective train batch size (2 x 4 x 3) must be evenly divisible by the "
+        "number of generations per prompt (5). Given the current effective train batch size, the "
+        "valid values for the number of generations are: [2, 3, 4, 6, 8, 12].\n"
+    )
+    new = _analysed(compiled, log)
+    assert new.root_cause is not None
+    assert "gradient accumulation steps in that batch (3 now)" in new.root_cause.remediation
+    assert "not part of this check" not in new.root_cause.remediation
