@@ -377,3 +377,14 @@ def test_grpo_advice_follows_the_terms_of_trls_check(compiled: CompiledLibrary, 
     assert new.root_cause is not None
     assert "gradient accumulation steps in that batch (3 now)" in new.root_cause.remediation
     assert "not part of this check" not in new.root_cause.remediation
+
+
+def test_a_condition_holds_only_on_what_the_log_states() -> None:
+    from app.engine.pipeline.expr import holds
+
+    scope = Scope(facts={"free": 10, "name": "x"})
+    assert holds(None, scope) and holds("free > 5", scope)
+    assert not holds("free > 50", scope)
+    assert not holds("missing > 0", scope), "a value the log does not state: the advice is left out"
+    with pytest.raises(ExprError):
+        holds("name > 5", scope)  # a string against a number: the caller reports it

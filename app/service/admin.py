@@ -162,22 +162,12 @@ def this_host() -> str:
 
 def mark_interrupted(*, admin: Admin, host: str) -> int:
     """Analyses this host's dead servers left pending: marked failed (they will not finish)."""
-    from sqlalchemy import select
-
     from app.db import repo
-    from app.db.models import Analysis
     from app.service.spool import pid_alive
 
-    pending = (
-        select(Analysis.runner)
-        .where(Analysis.status == "pending", Analysis.runner.like(f"{host}:%"))
-        .distinct()
-    )
     with admin.db.write() as s:
-        runners = {
-            int(r.rsplit(":", 1)[1]) for r in s.scalars(pending) if r and r.rsplit(":", 1)[-1].isdigit()
-        }
-        return int(repo.mark_interrupted(s, host=host, alive=[p for p in runners if pid_alive(p)]))
+        alive = [p for p in repo.pending_runner_pids(s, host=host) if pid_alive(p)]
+        return int(repo.mark_interrupted(s, host=host, alive=alive))
 
 
 def sweep(*, admin: Admin, dry_run: bool = False) -> Sweep:

@@ -26,6 +26,7 @@ from app.db.repo.completion import (
     complete_analyses,
     log_digest,
     mark_interrupted,
+    pending_runner_pids,
 )
 from app.db.repo.feedback import add_feedback
 from app.db.repo.housekeeping import delete_blob_rows, known_blobs, unreferenced_blobs
@@ -139,6 +140,7 @@ __all__ = [
     "log_digest",
     "mark_interrupted",
     "new_id",
+    "pending_runner_pids",
     "prune_slack_events",
     "restart_failed",
     "result_hardware_hosts",

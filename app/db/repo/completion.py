@@ -413,6 +413,16 @@ def blob_referenced(session: Session, *, sha256: str) -> bool:
     )
 
 
+def pending_runner_pids(session: Session, *, host: str) -> set[int]:
+    """The process ids of this host's servers that have analyses pending (runner "host:pid")."""
+    runners = session.scalars(
+        select(Analysis.runner)
+        .where(Analysis.status == "pending", Analysis.runner.like(f"{host}:%"))
+        .distinct()
+    )
+    return {int(r.rsplit(":", 1)[1]) for r in runners if r and r.rsplit(":", 1)[-1].isdigit()}
+
+
 def mark_interrupted(session: Session, *, host: str, alive: Iterable[int]) -> int:
     """Fail pending analyses whose server process (on this host) is gone."""
     alive_set = {f"{host}:{pid}" for pid in alive}

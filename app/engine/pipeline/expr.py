@@ -134,6 +134,20 @@ def _parse(source: str) -> ast.expr:
     return tree.body
 
 
+def holds(condition: str | None, scope: Scope) -> bool:
+    """Whether a rule's `when:` holds: no condition holds; one that names a value the log does
+    not state does not (the step or patch is left out). ExprError for one that cannot be
+    evaluated (a string compared with a number), so the caller can say so."""
+    if not condition:
+        return True
+    try:
+        return bool(render_template("{" + condition + "}", scope))
+    except Missing:
+        return False
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        raise ExprError(str(exc)) from exc
+
+
 def parse_expression(source: str) -> None:
     """Raise ExprError when `source` is not an expression (a rule's `when:` or `valid:`)."""
     _parse(source)

@@ -22,7 +22,7 @@ from typing import Any
 import regex
 
 from app.engine.models import Patch
-from app.engine.pipeline.expr import ExprError, Missing, Scope, render_template
+from app.engine.pipeline.expr import ExprError, Missing, Scope, holds, render_template
 from app.engine.pipeline.library import PatchSpec, PatchTarget
 from app.errors import ConfigFileError
 
@@ -165,12 +165,16 @@ def _plain(v: Any) -> Any:
 # --- computing ------------------------------------------------------------------------
 
 
+def for_detected(declared: Sequence[str], detected: Sequence[str]) -> bool:
+    """Whether a patch or step written for `declared` frameworks (none: general) applies to a log
+    of the `detected` ones: a flag of a framework the job does not run costs the user more than
+    no advice (name the framework, `--framework`, to see its dialect)."""
+    return not declared or bool(set(declared) & set(detected))
+
+
 def select_specs(specs: Iterable[PatchSpec], frameworks: Sequence[str]) -> list[PatchSpec]:
-    """The detected frameworks' own dialects plus the general remedies; only the general ones
-    when no framework was detected: a flag of a framework the job does not run costs the user
-    more than no patch (name the framework, `--framework`, to see its dialect)."""
-    wanted = set(frameworks)
-    return [s for s in specs if not s.frameworks or wanted & set(s.frameworks)]
+    """The detected frameworks' own dialects plus the general remedies (`for_detected`)."""
+    return [s for s in specs if for_detected(s.frameworks, frameworks)]
 
 
 def _invalid(spec: PatchSpec, value: Any, scope: Scope) -> str | None:
@@ -195,15 +199,12 @@ def compute_patches(
     out: list[Patch] = []
     problems: list[str] = []
     for spec in specs:
-        if spec.when:
-            try:
-                if not render_template("{" + spec.when + "}", scope):
-                    continue
-            except Missing:
+        try:
+            if not holds(spec.when, scope):
                 continue
-            except (ExprError, TypeError, ValueError, ZeroDivisionError) as exc:
-                problems.append(f"patch {'.'.join(spec.path)}: `when` failed: {exc}")
-                continue
+        except ExprError as exc:
+            problems.append(f"patch {'.'.join(spec.path)}: `when` failed: {exc}")
+            continue
         value: Any = None
         computed, note = True, None
         if spec.value is not None:

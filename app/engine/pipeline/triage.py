@@ -22,12 +22,12 @@ import regex
 
 from app.engine.models import Analysis, Evidence, Finding, FrameworkInfo, PossibleCause
 from app.engine.pipeline import triggers
-from app.engine.pipeline.expr import ExprError, Missing, Scope, render_template
+from app.engine.pipeline.expr import ExprError, Missing, Scope, holds
 from app.engine.pipeline.expr import evaluate as evaluate_expression
 from app.engine.pipeline.findings import RuleMatch
 from app.engine.pipeline.ingest import ByteBudget, Source, file_size, human_bytes, too_large
 from app.engine.pipeline.library import FRAMEWORKS, Library, Rule
-from app.engine.pipeline.patches import ConfigView, compute_patches, config_diff, select_specs
+from app.engine.pipeline.patches import ConfigView, compute_patches, config_diff, for_detected, select_specs
 from app.engine.pipeline.rank import Ranked, rank
 from app.engine.pipeline.redact import redact_text
 from app.engine.pipeline.scan import (
@@ -296,17 +296,14 @@ def _steps(
     known: dict[str, Any] = {**scope.facts, **scope.captures}
     out: list[str] = []
     for step in rule.steps:
-        if step.frameworks and not set(frameworks) & set(step.frameworks):
+        if not for_detected(step.frameworks, frameworks):
             continue
-        if step.when:
-            try:
-                if not render_template("{" + step.when + "}", scope):
-                    continue
-            except Missing:
+        try:
+            if not holds(step.when, scope):
                 continue
-            except (ExprError, TypeError, ValueError, ZeroDivisionError) as exc:
-                problems.append(f"{rule.id}: step `when` failed: {exc}")
-                continue
+        except ExprError as exc:
+            problems.append(f"{rule.id}: step `when` failed: {exc}")
+            continue
         if any(name not in known for name in _PLACEHOLDER.findall(step.do)):
             continue
         text = _PLACEHOLDER.sub(lambda m: _shown(m.group(1), known[m.group(1)], sizes), step.do.strip())
@@ -331,6 +328,7 @@ def _finding(
     config: ConfigView | None,
     redactions: Counter[str] | None,
     problems: list[str],
+    sizes: frozenset[str],
 ) -> Finding:
     """`redactions` None: the text is redacted already (`TriageOptions.input_redacted`)."""
     m: RuleMatch = r.match
@@ -361,7 +359,7 @@ def _finding(
         hosts=sorted(m.hosts),
         remediation=_with_steps(
             _remediation_text(rule, captures, scope_base.facts),
-            _steps(rule, scope, frameworks, sizes=_size_facts(library), problems=problems),
+            _steps(rule, scope, frameworks, sizes=sizes, problems=problems),
         ),
         patches=patches,
         explained_by=r.explained_by if r.role == "symptom" else None,
@@ -417,8 +415,8 @@ def _check_plausibility(matches: list[RuleMatch]) -> list[str]:
     for m in matches:
         for check in m.rule.implausible:
             try:
-                hit = bool(render_template("{" + check.when + "}", Scope(captures=m.captures)))
-            except (Missing, ExprError, TypeError, ValueError, ZeroDivisionError):
+                hit = holds(check.when, Scope(captures=m.captures))
+            except ExprError:
                 hit = False
             if hit:
                 m.confidence = round(m.confidence * IMPLAUSIBLE_FACTOR, 2)
@@ -491,6 +489,7 @@ def triage(
     redactions: Counter[str] = Counter()
     problems: list[str] = []
     scope = Scope(facts=facts, config=config)
+    sizes = _size_facts(library)
     findings = [
         _finding(
             r,
@@ -500,6 +499,7 @@ def triage(
             config=config,
             redactions=None if opts.input_redacted else redactions,
             problems=problems,
+            sizes=sizes,
         )
         for r in ranked
     ]
