@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -191,15 +192,21 @@ def test_the_lint_finds_a_frameworks_keys_in_text_every_job_gets(tmp_path: Path)
         "remediation: Free space or write elsewhere.",
         "remediation: Free space, e.g. verl `trainer.max_actor_ckpt_to_keep=2`.",
     )
+    loose_patch = GOOD.replace(
+        "remediation: Free space or write elsewhere.",
+        "remediation: Free space or write elsewhere.\n"
+        "patches:\n  - {target: hydra, path: [trainer, max_actor_ckpt_to_keep], value: 2, why: keep fewer}",
+    )
+    fenced_patch = loose_patch.replace("why: keep fewer}", "why: keep fewer, frameworks: [verl]}")
     frameworks = (ROOT / "rules" / "frameworks.yaml").read_text()
-    for text, flagged in ((loose, True), (STEPPED, False)):
-        sub = tmp_path / ("loose" if flagged else "stepped")
-        sub.mkdir()
+    for text, flagged in ((loose, True), (STEPPED, False), (loose_patch, True), (fenced_patch, False)):
+        sub = Path(tempfile.mkdtemp(dir=tmp_path))
         root = make_rules_dir(sub, {"host/good-rule.yaml": text})
         (root / "frameworks.yaml").write_text(frameworks)
         issues, _ = lint(load_library(root))
         found = [i for i in issues if "keys for every job" in i.message]
         assert bool(found) == flagged, found
+        assert all(i.level == "error" for i in found)
         if flagged:
             assert "verl" in found[0].message and "trainer.max_actor_ckpt_to_keep" in found[0].message
 

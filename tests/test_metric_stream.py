@@ -132,7 +132,7 @@ NONFINITE_LINES = [
 def test_every_non_finite_value_the_parser_reads_is_reported_by_a_gate(line: str) -> None:
     p = parse_line(line, 1)
     assert p is not None and any(math.isnan(v) or math.isinf(v) for v in p.values.values())
-    assert any(regex.search(text, line) for _name, text, _ci in METRIC_GATES)
+    assert any(regex.search(text, line) for _name, text, _ci, _single in METRIC_GATES)
 
 
 @pytest.mark.parametrize(
@@ -145,7 +145,71 @@ def test_every_non_finite_value_the_parser_reads_is_reported_by_a_gate(line: str
     ],
 )
 def test_healthy_lines_pass_the_gates(line: str) -> None:
-    assert not any(regex.search(text, line) for _name, text, _ci in METRIC_GATES)
+    # the decade gates (single-match: one line per chunk) are meant to see healthy lines
+    assert not any(regex.search(text, line) for _name, text, _ci, single in METRIC_GATES if not single)
+
+
+@pytest.mark.parametrize(
+    ("value", "decade"),
+    [
+        ("0.93", None),
+        ("1.5", 0),
+        ("9.99", 0),
+        ("12.3", 1),
+        ("150", 2),
+        ("2.1E+00", 0),
+        ("2.1E+03", 3),
+        ("1.5e-03", None),
+        ("-250.0", 2),
+        ("tensor(31.5", 1),
+        ("1e+12", 5),
+    ],
+)
+def test_a_decade_gate_reports_a_value_of_its_decade_and_above(value: str, decade: int | None) -> None:
+    decades = [
+        int(n.rsplit("_", 1)[1])
+        for n, text, _ci, single in METRIC_GATES
+        if single and regex.search(text, f"step: 9, loss: {value}, lr: 1e-05")
+    ]
+    assert decades == (
+        [] if decade is None else list(range(min(decade, metric_stream.SPIKE_DECADES - 1) + 1))
+    )
+
+
+@pytest.mark.parametrize(
+    ("healthy", "spike"),
+    [
+        (lambda i: _healthy(i), "step {i} loss 31.2 grad_norm 0.7 lr 1e-05"),
+        (
+            lambda i: f"{{'loss': {40 + i % 9}.5, 'grad_norm': 1.1, 'epoch': 0.5}}",
+            "{{'loss': 912.0, 'grad_norm': 1.1}}",
+        ),
+        (
+            lambda i: (
+                f" iteration {i:8d}/  100000 | lm loss: {2 + (i % 5) / 10:.6E} | loss scale: 65536.0 | grad norm: 0.812 |"
+            ),
+            " iteration {i:8d}/  100000 | lm loss: 2.345678E+00 | loss scale: 65536.0 | grad norm: 9.1E+01 |",
+        ),
+    ],
+    ids=["table", "dict-tens", "megatron-exp"],
+)
+def test_a_spike_on_one_line_mid_log_is_found(compiled, tmp_path, healthy, spike) -> None:  # type: ignore[no-untyped-def]
+    # one line only: far shorter than the gap between two samples, so the decade gates find it
+    lines = [healthy(i) for i in range(30_000)] + [spike.format(i=30_000)]
+    lines += [healthy(i) for i in range(30_001, 70_001)]
+    log = _write(tmp_path / "train.log", lines)
+    assert log.stat().st_size > 8 * WHOLE_LOG_BYTES
+    scan = _scan(compiled, log)
+    assert [(k, line) for k, _name, line in _issues(scan)] == [("spike", 30_001)]
+
+
+def test_healthy_values_near_a_decade_make_no_spike(compiled, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # every line's loss sits on both sides of 10: the decade gates fire each chunk, nothing is 10x
+    lines = [
+        f"step {i} loss {8 + (i % 5)}.25 grad_norm {0.9 + (i % 3) / 10:.2f} lr 1e-05" for i in range(70_000)
+    ]
+    scan = _scan(compiled, _write(tmp_path / "train.log", lines))
+    assert _issues(scan) == []
 
 
 def _retained(stream: MetricStream) -> dict[str, int]:

@@ -12,10 +12,15 @@ hands their hits to a MetricStream with each chunk; only the lines a gate report
 - a Megatron iteration line without its loss (Megatron leaves a NaN loss out), checked against
   the two Megatron lines before it.
 
-Spikes are relative (10x the median of the values before), which no pattern can gate, so they
-are looked for in a sample: a metric line every SAMPLE_COST x its length bytes (~0.04% of the
-log parsed), whose values also make the points the timeline charts over the whole run. A spike
-that lasts shorter than the gap between two samples can be missed before the log's last lines.
+Spikes are relative (10x the median of the values before): the median comes from a sample, a
+metric line every SAMPLE_COST x its length bytes (~0.04% of the log parsed), whose values also
+make the points the timeline charts over the whole run; the spike itself is found by the
+sample or by the *decade gates*: a 10x jump crosses a power of ten, and one single-match gate
+per decade reports the first line of each chunk whose loss, grad norm or KL reaches it. A spike
+is missed before the log's last lines only where it is shorter than the gap between two
+samples and, in its chunk, healthy values already reached its decade before it. The gates
+cost the scan ~0.15 s/GB on the generated log (its metric lines name a loss every few hundred
+bytes: each occurrence is tried until a gate has fired), bench/README.md "Issue 22".
 
 The last EXACT_TAIL_BYTES of the log, and a log of up to WHOLE_LOG_BYTES whole, are parsed line
 by line as before (app.engine.pipeline.scan gives them to `finish`): such a log, and the end of any log,
@@ -66,12 +71,31 @@ _SKIPPED = r"\bskipped(?:['\"]?\s*[:=]\s*|\s+)[1-9]"
 # (Megatron's training_log drops a NaN loss), or Megatron counted NaN iterations
 _MEGATRON_NO_LOSS = r"batch size:\s*\d+\s*\|\s*(?:loss scale|grad norm)\s*:|nan iterations:\s*[1-9]"
 
-# (name, pattern, ignore_case): the scan adds them to its matcher, in this order
-METRIC_GATES: tuple[tuple[str, str, bool], ...] = (
-    ("nonfinite", _NONFINITE_AFTER_SIGN, False),
-    ("nonfinite_table", _NONFINITE_IN_TABLE, False),
-    ("skipped", _SKIPPED, False),
-    ("megatron_no_loss", _MEGATRON_NO_LOSS, False),
+# Spikes: no pattern knows a metric's median, but a 10x jump always crosses a power of ten that
+# the values before it stayed under. One gate per decade (a loss, grad norm or KL of at least
+# 10**k, k = 0..SPIKE_DECADES-1, written plainly or with an exponent), each reporting only its
+# first line per chunk (Hyperscan's single-match): a chunk costs at most SPIKE_DECADES parsed
+# lines, and a spike is found wherever it is the first value of its chunk to reach its decade
+# (a run whose values already reach it in that chunk hides it until the sample or the end).
+SPIKE_DECADES = 6
+_SPIKY_KEY = r"(?:loss|norm|kl)['\"]?(?:\s*[:=]\s*(?:tensor\()?| +)[-+]?"
+
+
+def _at_least_decade(k: int) -> str:
+    exp = f"[{k}-9]|[1-9][0-9]" if k <= 9 else "[1-9][0-9]"
+    return (
+        rf"{_SPIKY_KEY}(?:[1-9][0-9]{{{k},}}(?:\.[0-9]*)?(?:$|[^0-9.eE])"
+        rf"|[1-9](?:\.[0-9]*)?[eE]\+?0*(?:{exp}))"
+    )
+
+
+# (name, pattern, ignore_case, single): the scan adds them to its matcher, in this order
+METRIC_GATES: tuple[tuple[str, str, bool, bool], ...] = (
+    ("nonfinite", _NONFINITE_AFTER_SIGN, False, False),
+    ("nonfinite_table", _NONFINITE_IN_TABLE, False, False),
+    ("skipped", _SKIPPED, False, False),
+    ("megatron_no_loss", _MEGATRON_NO_LOSS, False, False),
+    *((f"decade_{k}", _at_least_decade(k), False, True) for k in range(SPIKE_DECADES)),
 )
 _MEGATRON_GATE = 3
 # where a sample is looked for: a line naming a loss, a grad norm or a reward, within

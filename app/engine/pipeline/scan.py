@@ -92,10 +92,13 @@ class CompiledLibrary:
         entries: list[Entry] = []
         specs: list[PatternSpec] = []
 
-        def add(role: EntryRole, owner: str, text: str, ignore_case: bool = False) -> None:
+        def add(
+            role: EntryRole, owner: str, text: str, ignore_case: bool = False, single: bool = False
+        ) -> None:
             flags = regex.IGNORECASE if ignore_case else 0
             entries.append(Entry(role, owner, text, flags))
-            specs.append(PatternSpec(text, ignore_case, single=role in ("fact", "fw_detect", "fw_version")))
+            single = single or role in ("fact", "fw_detect", "fw_version")
+            specs.append(PatternSpec(text, ignore_case, single=single))
 
         self.rule_entries: dict[str, dict[str, list[int]]] = {}  # the main signature's
         self.rule_signatures: dict[str, list[SignatureIds]] = {}
@@ -123,8 +126,8 @@ class CompiledLibrary:
         # the metric gates (app.engine.pipeline.metric_stream): their hits go to the metric stream, not
         # to _verify; in the same pass, they cost the scan next to nothing
         first_gate = len(entries)
-        for name, text, ignore_case in METRIC_GATES:
-            add("metric", name, text, ignore_case)
+        for name, text, ignore_case, single in METRIC_GATES:
+            add("metric", name, text, ignore_case, single)
         self.metric_ids = range(first_gate, len(entries))
         for fact in library.facts:
             for text in fact.patterns:

@@ -40,24 +40,32 @@ def _analyse(compiled: CompiledLibrary, path: Path) -> Analysis:
 
 
 def _foreign_keys(rule: Rule, library: Library) -> list[LintIssue]:
-    """Advice every job gets (the remediation, steps for no framework) that names a framework's
-    own keys: shown to a job of another framework it is wrong, so it belongs in a step or patch
-    with `frameworks:` (unless the rule is that framework's own)."""
+    """Advice every job gets (the remediation, steps and patches for no framework) that names a
+    framework's own keys: shown to a job of another framework it is wrong, so it belongs in a step
+    or patch with `frameworks:` (unless the rule is that framework's own). An error: the lint
+    refuses it, as issue 22 asks ("a patch for framework X only when X is detected")."""
     text = "\n".join([rule.remediation, *(st.do for st in rule.steps if not st.frameworks)])
+    # a patch is rendered with its path, so the path is what a foreign key would be read from
+    patch_text = "\n".join(
+        p.path[-1] if p.target in ("cli", "env") else ".".join(p.path)
+        for p in rule.patches
+        if not p.frameworks
+    )
     out = []
     for fw in library.frameworks:
         if fw.name in rule.frameworks:
             continue
-        hits = sorted({m.group(0) for k in fw.keys for m in stdlib_re.finditer(k, text)})
-        if hits:
-            out.append(
-                LintIssue(
-                    rule.id,
-                    "warning",
-                    f"remediation names {fw.name} keys for every job ({', '.join(hits[:3])}): "
-                    f"move them into a step or patch with `frameworks: [{fw.name}]`",
+        for where, body in (("remediation", text), ("a patch", patch_text)):
+            hits = sorted({m.group(0) for k in fw.keys for m in stdlib_re.finditer(k, body)})
+            if hits:
+                out.append(
+                    LintIssue(
+                        rule.id,
+                        "error",
+                        f"{where} names {fw.name} keys for every job ({', '.join(hits[:3])}): "
+                        f"give it `frameworks: [{fw.name}]`",
+                    )
                 )
-            )
     return out
 
 
