@@ -228,6 +228,26 @@ def test_report_page_shows_evidence_patches_and_takes_feedback(
     assert len(client.get(f"{API}/{aid}").json()["feedback"]) == len(fb)
 
 
+def test_report_page_lists_the_facts_with_links_to_their_lines(client: httpx.Client) -> None:
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity"
+        " of 79.11 GiB of which 6.25 GiB is free. Including non-PyTorch memory, this process has 31.80 GiB"
+        " memory in use. Of the allocated memory 30.10 GiB is allocated by PyTorch, and 300.00 MiB is reserved"
+        " by PyTorch but unallocated.\n"
+    )
+    up = client.post(
+        API, content=("step 1 loss 2.0\n" + oom).encode(), headers={"Content-Type": "text/plain"}
+    )
+    aid = up.json()["id"]
+    facts = client.get(f"{API}/{aid}").json()["facts"]
+    assert {f["name"]: f["line"] for f in facts}["oom_free"] == 2
+    html = page(client, f"/analyses/{aid}").text
+    section = html.split('id="facts"', 1)[1].split("</details>", 1)[0]
+    assert "<code>oom_free</code></td><td>6.25 GiB</td>" in section
+    assert f'href="/analyses/{aid}/files/0?line=2#L2"' in section
+    assert "computed: oom_total - oom_free - oom_this_process" in section
+
+
 def test_errors_are_pages_for_browsers_and_problems_for_clients(client: httpx.Client) -> None:
     html = page(client, "/analyses/01ARZ3NDEKTSV4RRFFQ69G5FAV")
     assert html.status_code == 404 and html.headers["content-type"].startswith("text/html")

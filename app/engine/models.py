@@ -72,6 +72,19 @@ class PossibleCause(BaseModel):
     confirm: str  # the evidence that would decide it
 
 
+class Fact(BaseModel):
+    """A value the log states (an argument dump, an engine's start-up line, an error message's
+    numbers) or one computed from such values, which steps and patches are chosen by."""
+
+    name: str  # as in rules/facts.yaml
+    value: str | int | float | bool  # typed: a size in bytes, a count as an int
+    text: str  # as the log printed it ("61.34 GiB"), or as a report shows a computed one
+    type: str  # int | float | str | bool | size
+    file: str | None = None  # where the log states it; None for a computed fact
+    line: int | None = None
+    expression: str | None = None  # a computed fact's, over other facts (rules/facts.yaml)
+
+
 class FrameworkInfo(BaseModel):
     name: str
     version: str | None = None
@@ -91,3 +104,5 @@ class Analysis(BaseModel):
     # fail-slow (app.engine.timeline.builder; None when the logs hold nothing to build it from)
     timeline: dict[str, Any] | None = None
     stats: dict[str, Any] = Field(default_factory=dict)  # bytes, lines, seconds, engine
+    # what the log states that the advice is chosen by, each with the line it came from
+    facts: list[Fact] = Field(default_factory=list)

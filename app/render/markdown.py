@@ -61,6 +61,21 @@ def _timeline_md(a: Analysis) -> list[str]:
     return out
 
 
+MAX_FACTS = 40  # a report lists the facts it read up to this many; the JSON keeps them all
+
+
+def _facts_md(a: Analysis) -> list[str]:
+    if not a.facts:
+        return []
+    out = ["", "## Facts read from the log", "", "| fact | value | where |", "|---|---|---|"]
+    for f in a.facts[:MAX_FACTS]:
+        where = f"{f.file}:{f.line}" if f.line is not None else f"computed: `{_cell(f.expression or '')}`"
+        out.append(f"| `{f.name}` | {_cell(f.text)} | {where} |")
+    if len(a.facts) > MAX_FACTS:
+        out += ["", f"… and {len(a.facts) - MAX_FACTS} more (the JSON report lists them all)."]
+    return out
+
+
 def render_markdown(a: Analysis) -> str:
     out: list[str] = ["# logtriage report", ""]
     fw = a.framework
@@ -110,6 +125,7 @@ def render_markdown(a: Analysis) -> str:
         if a.next_steps:
             out += ["", "## Also check", ""] + [f"- {s}" for s in a.next_steps]
     out += _timeline_md(a)
+    out += _facts_md(a)
     related = [f for f in a.findings if f.role == "related"]
     if related:
         out += ["", "## Other findings", ""]

@@ -7,6 +7,7 @@ import textwrap
 
 from app.engine.models import Analysis, Finding, Patch
 from app.engine.pipeline.patches import ray_env_block
+from app.render.markdown import MAX_FACTS
 from app.render.timeline_table import clock_notes, text_table
 
 # values from the log sit in the Markdown remediation backslash-escaped (see triage.md_literal)
@@ -124,6 +125,14 @@ def render_text(a: Analysis, *, colour: bool = False, width: int = 100) -> str:
             out.append(s("ALSO CHECK", "bold"))
             out.extend(f"  - {step}" for step in a.next_steps)
     out.extend(_timeline(a, s, width))
+    if a.facts:
+        out.append("")
+        out.append(s("FACTS READ FROM THE LOG", "bold") + s("  (what the advice was chosen by)", "dim"))
+        for fact in a.facts[:MAX_FACTS]:
+            where = f"{fact.file}:{fact.line}" if fact.line is not None else f"computed: {fact.expression}"
+            out.append(f"  {fact.name} = {_clip(fact.text, 60)}" + s(f"   {where}", "dim"))
+        if len(a.facts) > MAX_FACTS:
+            out.append(s(f"  … and {len(a.facts) - MAX_FACTS} more (--format json lists them all)", "dim"))
     related = [f for f in a.findings if f.role == "related"]
     if related:
         out.append("")

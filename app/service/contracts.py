@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.engine.models import Finding, FrameworkInfo, PossibleCause
+from app.engine.models import Fact, Finding, FrameworkInfo, PossibleCause
 from app.service.metadata import JobMetadata, Source
 
 __all__ = [
@@ -122,6 +122,7 @@ class AnalysisResource(BaseModel):
     warnings: list[str] | None = None
     config_diff: str | None = None
     stats: dict[str, Any] | None = None
+    facts: list[Fact] | None = None
 
 
 class AnalysisSummary(BaseModel):

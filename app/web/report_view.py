@@ -109,6 +109,31 @@ def finding_view(resource: dict[str, Any], finding: dict[str, Any], library: Lib
     )
 
 
+@dataclass(frozen=True)
+class FactRow:
+    name: str
+    text: str
+    where: str  # "file:line", or the expression a computed fact is made of
+    href: str | None  # the line in the log viewer
+
+
+def fact_rows(resource: dict[str, Any]) -> list[FactRow]:
+    """The facts the engine read (what the advice was chosen by), each linked to its line."""
+    files = file_index(resource)
+    rows = []
+    for f in resource.get("facts") or []:
+        line = f.get("line")
+        if line is None:
+            rows.append(FactRow(f["name"], f["text"], f"computed: {f.get('expression') or ''}", None))
+            continue
+        pos = files.get(f.get("file") or "")
+        if pos is None and len(files) == 1:
+            pos = 0
+        href = viewer_href(resource["id"], pos, int(line)) if pos is not None else None
+        rows.append(FactRow(f["name"], f["text"], f"{f.get('file')}:{line}", href))
+    return rows
+
+
 def patch_tabs(patches: list[dict[str, Any]], *, frameworks: list[str]) -> list[PatchTab]:
     """Patches as tabs, one per dialect in a fixed order, plus Ray's runtime_env for env vars
     when the job runs on Ray."""

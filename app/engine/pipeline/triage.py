@@ -20,7 +20,7 @@ from typing import Any
 
 import regex
 
-from app.engine.models import Analysis, Evidence, Finding, FrameworkInfo, PossibleCause
+from app.engine.models import Analysis, Evidence, Fact, Finding, FrameworkInfo, PossibleCause
 from app.engine.pipeline import triggers
 from app.engine.pipeline.expr import ExprError, Missing, Scope, holds
 from app.engine.pipeline.expr import evaluate as evaluate_expression
@@ -471,16 +471,26 @@ def triage(
     framework, detected = _detect_framework(scans, opts.framework)
 
     facts: dict[str, Any] = {}
+    fact_list: list[Fact] = []
     fact_types = {f.name: f.type for f in library.facts}
     for s in scans:
-        for name, (value, _line) in s.facts.items():
-            facts.setdefault(name, _typed_fact(value, fact_types.get(name, "str")))
+        for name, (value, line) in sorted(s.facts.items(), key=lambda kv: kv[1][1]):
+            if name in facts:
+                continue
+            ftype = fact_types.get(name, "str")
+            facts[name] = typed = _typed_fact(value, ftype)
+            fact_list.append(Fact(name=name, value=typed, text=value, type=ftype, file=s.name, line=line))
     facts["metric_lines"] = sum(len(s.metrics) for s in scans)  # DERIVED_FACTS
     for spec in library.facts:
         if spec.value is not None:
             # a fact it needs is not in the log (or not a number): no value
             with contextlib.suppress(Missing, ExprError, TypeError, ValueError, ZeroDivisionError):
-                facts[spec.name] = evaluate_expression(spec.value, Scope(facts=facts))
+                facts[spec.name] = v = evaluate_expression(spec.value, Scope(facts=facts))
+                if isinstance(v, str | int | float | bool):
+                    shown = _shown(spec.name, v, _size_facts(library))
+                    fact_list.append(
+                        Fact(name=spec.name, value=v, text=shown, type=spec.type, expression=spec.value)
+                    )
 
     ranked = rank(matches, library)
     if opts.exit_code == 0:
@@ -504,6 +514,13 @@ def triage(
         for r in ranked
     ]
     _one_value_per_key(findings)
+    if not opts.input_redacted:
+        # a fact is log text shown in the report, like an evidence line
+        for fact in fact_list:
+            if fact.line is not None:
+                fact.text = redact_text(fact.text, redactions)
+                if isinstance(fact.value, str):
+                    fact.value = redact_text(fact.value, redactions)
     root_finding = findings[0] if findings and findings[0].role == "root_cause" else None
     possible = (
         [_possible(r, f, library) for r, f in zip(ranked, findings, strict=True) if r.possible]
@@ -548,6 +565,7 @@ def triage(
             "frameworks_detected": detected,
             "facts": {k: v for k, v in facts.items()},
         },
+        facts=fact_list,
     )
 
 

@@ -97,6 +97,7 @@ async def render_report(
         possible_evidence=lambda pc: report_view.possible_evidence(a, pc, ctx.library),
         api_url=present.analysis_url(base, a["id"]),
         tl=timeline_view(a),
+        facts=report_view.fact_rows(a),
     )
 
 
