@@ -171,7 +171,12 @@ def test_a_nan_in_a_space_separated_table_is_a_numerics_finding(compiled, tmp_pa
     log.write_text("\n".join(lines) + "\n")
     a = _analyse(compiled, log)
     assert a.root_cause is not None and a.root_cause.rule_id == "metric-not-finite"
-    assert a.root_cause.captures == {"metric": "policy_loss", "value": "nan", "step": "30"}
+    assert a.root_cause.captures == {
+        "metric": "policy_loss",
+        "value": "nan",
+        "step": "30",
+        "baseline": "0.21",
+    }
     assert a.root_cause.evidence[0].line == 31 and a.root_cause.ranks == [0]
     assert "`policy_loss` was `nan` first at step 30" in a.root_cause.remediation
 

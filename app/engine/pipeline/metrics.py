@@ -224,7 +224,7 @@ class MetricIssue:
     line: int
     step: int | None
     value: float
-    baseline: float | None = None  # the typical value before (spikes)
+    baseline: float | None = None  # the typical value before (spikes); the last finite one (not_finite)
     detail: str = ""
 
 
@@ -283,7 +283,11 @@ class Checker:
             if math.isnan(v) or math.isinf(v):
                 if ("not_finite", name) not in reported and len(self.issues) < MAX_ISSUES:
                     reported.add(("not_finite", name))
-                    self.issues.append(MetricIssue("not_finite", name, p.line, p.step, v))
+                    # the last finite magnitude before it (losses, grad norms): a value that had
+                    # already grown large says divergence, a normal one a sudden break
+                    last = self.history.get(name)
+                    prev = last[-1] if last else None
+                    self.issues.append(MetricIssue("not_finite", name, p.line, p.step, v, baseline=prev))
                 continue
             if not _spiky(name):
                 continue
