@@ -171,7 +171,12 @@ def test_a_nan_in_a_space_separated_table_is_a_numerics_finding(compiled, tmp_pa
     log.write_text("\n".join(lines) + "\n")
     a = _analyse(compiled, log)
     assert a.root_cause is not None and a.root_cause.rule_id == "metric-not-finite"
-    assert a.root_cause.captures == {"metric": "policy_loss", "value": "nan", "step": "30"}
+    assert a.root_cause.captures == {
+        "metric": "policy_loss",
+        "value": "nan",
+        "step": "30",
+        "baseline": "0.21",
+    }
     assert a.root_cause.evidence[0].line == 31 and a.root_cause.ranks == [0]
     assert "`policy_loss` was `nan` first at step 30" in a.root_cause.remediation
 
@@ -270,3 +275,25 @@ def test_a_grad_norm_blowing_up_after_a_few_points_is_a_spike() -> None:
     lines = [(i + 1, f"{{'loss': 0.5, 'grad_norm': {g}, 'epoch': 0.1{i}}}") for i, g in enumerate(norms)]
     s = check(parse_lines(lines))
     assert [(i.kind, i.name, i.line) for i in s.issues] == [("spike", "grad_norm", 5)]
+
+
+def _megatron_line(it: int, scale: float, loss: str = "") -> str:
+    return (
+        f" iteration {it:8d}/ 2753818 | consumed samples: {8 * it:12d} | learning rate: 1.000E-07 |"
+        f"{loss} loss scale: {scale:.1f} | number of skipped iterations:   1 | number of nan iterations:   0 |"
+    )
+
+
+def test_megatron_lines_that_skip_every_update_at_one_loss_scale_are_reported() -> None:
+    def issues(lines: list[str]) -> list[tuple[str, str, float | None]]:
+        points = [p for i, ln in enumerate(lines) if (p := parse_line(ln, i + 1)) is not None]
+        return [(i.kind, i.name, i.baseline) for i in check(points).issues if i.kind == "skipped"]
+
+    # a fixed loss scale: nothing applied, the scale never moves
+    assert issues([_megatron_line(i, 16384.0) for i in range(1, 5)]) == [
+        ("skipped", "number of skipped iterations", 16384.0)
+    ]
+    # a dynamic scale backing off at the start of fp16 training: normal
+    assert issues([_megatron_line(i, 2.0 ** (32 - i)) for i in range(1, 8)]) == []
+    # updates applied (a loss is printed): not stuck
+    assert issues([_megatron_line(i, 16384.0, " lm loss: 2.1E+00 |") for i in range(1, 5)]) == []

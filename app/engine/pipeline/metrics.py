@@ -224,7 +224,7 @@ class MetricIssue:
     line: int
     step: int | None
     value: float
-    baseline: float | None = None  # the typical value before (spikes)
+    baseline: float | None = None  # the typical value before (spikes); the last finite one (not_finite)
     detail: str = ""
 
 
@@ -270,6 +270,8 @@ class Checker:
         self.history: dict[str, deque[float]] = {}  # the last values' magnitudes, of spiky names
         self.reported: set[tuple[str, str]] = set()
         self.streak: dict[str, int] = {}  # Megatron losses: in how many iteration lines in a row
+        # Megatron: iteration lines in a row that applied no update at the same loss scale
+        self.stuck: tuple[int, float | None] = (0, None)
 
     def feed(self, p: MetricPoint, *, history: bool = True, megatron: bool = True) -> list[MetricIssue]:
         """The new issues of point `p`. `history=False`: its values are checked but do not join
@@ -279,11 +281,16 @@ class Checker:
         reported = self.reported
         if p.megatron and megatron:
             _megatron_dropped_loss(p, self.streak, reported, self)
+            _megatron_all_skipped(p, self)
         for name, v in p.values.items():
             if math.isnan(v) or math.isinf(v):
                 if ("not_finite", name) not in reported and len(self.issues) < MAX_ISSUES:
                     reported.add(("not_finite", name))
-                    self.issues.append(MetricIssue("not_finite", name, p.line, p.step, v))
+                    # the last finite magnitude before it (losses, grad norms): a value that had
+                    # already grown large says divergence, a normal one a sudden break
+                    last = self.history.get(name)
+                    prev = last[-1] if last else None
+                    self.issues.append(MetricIssue("not_finite", name, p.line, p.step, v, baseline=prev))
                 continue
             if not _spiky(name):
                 continue
@@ -398,4 +405,39 @@ def _missing_issue(p: MetricPoint, name: str) -> MetricIssue:
         math.nan,
         detail=f"{name} is missing from Megatron's iteration line at step {p.step}: "
         "Megatron leaves out a loss that is NaN",
+    )
+
+
+# Megatron's iteration line counts the interval's skipped iterations and prints a loss only for
+# the iterations it applied: a line with skipped iterations and no loss applied no update. A
+# dynamic loss scale halves while it skips (every `hysteresis` skips); lines in a row that apply
+# nothing at an unchanged scale are a fixed --loss-scale (or one stuck at its minimum) that
+# overflows every step: the run never trains.
+MEGATRON_STUCK_LINES = 3
+_MEGATRON_SKIPPED = "number of skipped iterations"
+
+
+def _megatron_all_skipped(p: MetricPoint, checker: Checker) -> None:
+    skipped = p.values.get(_MEGATRON_SKIPPED)
+    scale = p.values.get("loss scale")
+    applied = any("loss" in k and k != "loss scale" for k in p.values)
+    n, last = checker.stuck
+    if not skipped or scale is None or applied:
+        checker.stuck = (0, None)
+        return
+    n = n + 1 if last == scale else 1
+    checker.stuck = (n, scale)
+    if n < MEGATRON_STUCK_LINES or ("skipped", _MEGATRON_SKIPPED) in checker.reported:
+        return
+    checker.reported.add(("skipped", _MEGATRON_SKIPPED))
+    checker.issues.append(
+        MetricIssue(
+            "skipped",
+            _MEGATRON_SKIPPED,
+            p.line,
+            p.step,
+            float(n),
+            baseline=scale,
+            detail=f"{n} iteration lines in a row skipped every update at loss scale {scale:g}",
+        )
     )

@@ -72,12 +72,14 @@ def _metric(issue_kind: str) -> Evaluator:
                 continue
             m.count += len(issues)
             m.files.append(scan.name)
+            shown: set[int] = set()  # one evidence line for several metrics of one line
             for issue, text in issues:
                 ctx = parse_context(text)
                 if ctx.rank is None:
                     ctx.rank = scan.rank_hint
-                rec = HitRecord(issue.line, text, {}, ctx)
-                m.evidence.append((scan.name, rec))
+                if issue.line not in shown:
+                    shown.add(issue.line)
+                    m.evidence.append((scan.name, HitRecord(issue.line, text, {}, ctx)))
                 if ctx.rank is not None:
                     m.ranks.add(ctx.rank)
                 if ctx.where:
@@ -175,7 +177,7 @@ KINDS: dict[str, TriggerKind] = {
         TriggerKind(
             "metric_not_finite",
             "metrics",
-            _METRIC_CAPTURES,
+            _METRIC_CAPTURES | {"baseline"},
             _metric("not_finite"),
             "a training metric (loss, grad norm) is NaN or infinite",
         ),
