@@ -53,6 +53,8 @@ from app.engine.timeline.stacks import stack_autopsy
 
 # --- probes: scanned everywhere by the main multi-pattern pass ------------------------------------
 
+# torchrun's "--tee"/log-prefix "[rank7]:" carries the global rank ("[default7]:" is the local one)
+_TORCHRUN_RANK = re.compile(r"\[rank(\d+)\]:")
 _PG_RANK = r"\[PG (?:ID )?(?P<pg>\d+)(?!\d)[^\]]*?Rank (?P<prank>\d+)\]"
 # torch 2.6 prints a barrier's fingerprint without a separator or shapes:
 # "CollectiveFingerPrint(SequenceNumber=1OpType=BARRIER)"; torch < 2.0 has no sequence number:
@@ -104,12 +106,20 @@ def collectives(probes: Iterable[tuple[str, str, Any]], year: int | None) -> lis
             continue
         g = rec.groups
         rank = _int(g.get("prank"))
+        sub: int | None = None
+        prefixed = _TORCHRUN_RANK.search(rec.text)
+        if rank is not None and prefixed is not None and int(prefixed.group(1)) != rank:
+            # "[rank7]:... [Rank 1] Watchdog caught ...": rank 1 of a subgroup (sequence or tensor
+            # parallel) on global rank 7; key the row by the global rank
+            sub, rank = rank, int(prefixed.group(1))
         if rank is None:
             rank = rec.ctx.rank
         if rank is None:
             continue
         pg = g.get("pg") or "0"
         row = rows.setdefault((pg, rank), CollectiveRow(rank=rank, pg=pg, pg_known=bool(g.get("pg"))))
+        if sub is not None:
+            row.subgroup_rank = sub
         t = parse_time(rec.text, year_hint=year)
         if name == "watchdog" and row.seq is not None and _int(g.get("seq")) != row.seq and not g.get("pg"):
             # one rank timing out on several sequence numbers without a group id: the lines come
@@ -133,6 +143,8 @@ def collectives(probes: Iterable[tuple[str, str, Any]], year: int | None) -> lis
         if row.seq is None and pg != "0" and ("0", rank) in rows and rows[("0", rank)].last_enqueued is None:
             rows[("0", rank)].last_enqueued = row.last_enqueued
             rows[("0", rank)].last_completed = row.last_completed
+            if row.subgroup_rank is not None:
+                rows[("0", rank)].subgroup_rank = row.subgroup_rank
             del rows[(pg, rank)]
     return list(rows.values())
 
@@ -211,6 +223,14 @@ def judge_collectives(
             if len(group) == 1 and not never:
                 missing = sorted(known_ranks - timed)
                 summary = f"only rank {group[0].rank} timed out (sequence {seq}, {_size(group[0])})"
+                if group[0].subgroup_rank is not None:
+                    # a subgroup's collective: the ranks of the log need not be members of it
+                    missing = []
+                    summary = (
+                        f"only rank {group[0].rank} (rank {group[0].subgroup_rank} of its process group) "
+                        f"timed out (sequence {seq}, {_size(group[0])}); the other members of that "
+                        "group are not in this log"
+                    )
                 if missing:
                     summary += f"; {_who(missing)} never joined it: they lag or stopped"
                 out.append(Verdict("straggler", summary, missing, seq=seq, evidence=ev))
