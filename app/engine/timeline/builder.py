@@ -172,6 +172,20 @@ def judge_collectives(
         seqs = {r.seq for r in group}
         timed = {r.rank for r in group}
         others = [r for r in status.get(pg, []) if r.rank not in timed]
+        if (
+            len(group) > 1
+            and any(r.subgroup_rank is not None for r in group)
+            and not all(r.pg_known for r in group)
+        ):
+            # subgroup ranks whose watchdog lines do not name their group: they may sit in
+            # different subgroups (each tensor- or expert-parallel group counts on its own)
+            summary = (
+                f"{_who(sorted(timed))} timed out in process subgroups the watchdog lines do not name "
+                f"(sequence numbers {', '.join(str(r.seq) for r in group[:6])}): they cannot be "
+                "compared across ranks"
+            )
+            out.append(Verdict("uniform", summary, [], seq=group[0].seq, evidence=ev))
+            continue
         if len(seqs) == 1:
             seq = group[0].seq
             assert seq is not None
@@ -838,8 +852,12 @@ def build(scans: Sequence[Any]) -> Timeline:
         if name == "gloo_timeout" and rec.ctx.rank is not None:
             timed_out.setdefault(rec.ctx.rank, f"gloo timed out waiting for a {rec.groups.get('op')}")
     exits = launcher_exits(scans)
+    # only subgroup ranks timed out (their "[Rank N]" is not torchrun's global rank): the quiet
+    # ranks of the log need not be members of that group, so their silence says nothing
+    timed_rows = [r for r in tl.collectives if r.seq]
+    subgroup_only = bool(timed_rows) and all(r.subgroup_rank is not None for r in timed_rows)
     for extra in (
-        quiet_verdict(tl.ranks, timed_out, exits),
+        None if subgroup_only else quiet_verdict(tl.ranks, timed_out, exits),
         silent_verdict(tl.ranks, verdicts[0] if verdicts else None),
     ):
         if extra is None:

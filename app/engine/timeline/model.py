@@ -27,7 +27,10 @@ PHASES: list[tuple[str, re.Pattern[str]]] = [
     (
         "launch",
         re.compile(
-            r"init_process_group|rendezvous|NCCL version|initiali[sz]|loading|Using network|starting", re.I
+            # "starting" alone, not "Starting training step on epoch 3" (a training line)
+            r"init_process_group|rendezvous|NCCL version|initiali[sz]|loading|Using network|"
+            r"starting(?!\s+(?:train|step|epoch|iteration|rollout|generat|eval|validat))",
+            re.I,
         ),
     ),
 ]
