@@ -343,7 +343,9 @@ class FrameworkDetector:
 # metric_lines: training-metric lines read (a sample in long logs): 0 = no step ran that the log shows
 # sigbus_processes: processes torchrun's failure table (in the log's last lines) reports killed by
 # SIGBUS (exitcode -7), counted by pid
-DERIVED_FACTS: dict[str, str] = {"metric_lines": "int", "sigbus_processes": "int"}
+# lagging_ranks: the ranks the timeline found the others waiting for in a timed-out collective
+# (never reached it, or printed no error while the others failed), "0" or "0, 2"; absent otherwise
+DERIVED_FACTS: dict[str, str] = {"metric_lines": "int", "sigbus_processes": "int", "lagging_ranks": "str"}
 
 
 @dataclass(frozen=True)

@@ -524,6 +524,9 @@ def triage(
             facts.setdefault(name, _typed_fact(value, fact_types.get(name, "str")))
     facts["metric_lines"] = sum(len(s.metrics) for s in scans)  # DERIVED_FACTS
     facts["sigbus_processes"] = _sigbus_processes(scans)
+    lead = tl.verdicts[0] if tl.verdicts else None
+    if lead is not None and lead.kind in ("uniform", "straggler") and lead.ranks and not lead.failure_class:
+        facts["lagging_ranks"] = ", ".join(str(r) for r in lead.ranks[:8])
     for spec in library.facts:
         if spec.value is not None:
             # a fact it needs is not in the log (or not a number): no value
