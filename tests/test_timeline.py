@@ -578,3 +578,11 @@ def test_torch_1x_fingerprints_without_a_sequence_number_are_read(
     v = a.timeline["verdict"]
     assert "rank 1: ALLGATHER [6] vs rank 0: _ALLGATHER_BASE" in v["summary"]
     assert "sequence" not in v["summary"]
+
+
+def test_ranks_that_died_of_the_same_signal_failed_together(compiled: CompiledLibrary) -> None:
+    # hiyouga/LlamaFactory#2206: every rank got SIGBUS in the same second; the excerpt starts
+    # inside the table's "Failures:" part
+    a = _analyse(compiled, Path("rules/host/bus-error-shm.match-torchrun-all.log"))
+    summary = " ".join(v["summary"] for v in a.timeline["verdicts"])
+    assert "ranks 6, 7 exited the same way (exitcode -7)" in summary and "failed together" in summary

@@ -698,9 +698,15 @@ def launcher_exits(scans: Sequence[Any]) -> dict[int, LauncherExit]:
     entries: list[tuple[str, str, int, dict[str, str]]] = []
     for scan in scans:
         section: str | None = None
+        headed = False
         for lineno, text in scan.tail:
             if _TORCHRUN_OTHERS.match(text) or _TORCHRUN_ROOT.match(text):
                 section = "root" if text.startswith("Root") else "others"
+                headed = True
+            elif section is None and not headed and _TR_ENTRY.match(text):
+                # an excerpt that starts inside the table's "Failures:" part (its header cut off)
+                section = "others"
+                entries.append((scan.name, section, lineno, {}))
             elif section is not None and _TR_ENTRY.match(text):
                 entries.append((scan.name, section, lineno, {}))
             elif section is not None and text.startswith("====="):
@@ -726,6 +732,29 @@ def launcher_verdict(exits: dict[int, LauncherExit], states: dict[int, RankState
         return None
     st = states.get(first.rank)
     summary = f"torchrun saw rank {first.rank} fail first ({first.describe()})"
+    # the other ranks died of the same signal (not the launcher's SIGTERM): they failed together,
+    # of something they share, and the first listed is only the first to be reaped
+    same = sorted(
+        e.rank
+        for e in exits.values()
+        if not e.first
+        and e.exitcode == first.exitcode
+        and first.exitcode is not None
+        and first.exitcode < 0
+        and not e.terminated
+    )
+    if same:
+        summary += (
+            f"; {_who(same)} exited the same way (exitcode {first.exitcode}): the ranks failed together, "
+            f"rank {first.rank} is only the first listed"
+        )
+        return Verdict(
+            "first_failure",
+            summary,
+            sorted([first.rank, *same]),
+            phase=st.phase if st else None,
+            evidence=[Line(first.file, first.line, "", None)],
+        )
     if st is not None and st.last_activity is not None:
         summary += f"; its last line: {st.last_activity.text.strip()[:160]!r}"
     return Verdict(
