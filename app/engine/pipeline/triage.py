@@ -524,9 +524,14 @@ def triage(
             facts.setdefault(name, _typed_fact(value, fact_types.get(name, "str")))
     facts["metric_lines"] = sum(len(s.metrics) for s in scans)  # DERIVED_FACTS
     facts["sigbus_processes"] = _sigbus_processes(scans)
+    # the ranks the others waited for: named by the timeline's lead verdict and not among the
+    # ranks that timed out themselves (those completed fewer of the same collectives: blocked, not absent)
     lead = tl.verdicts[0] if tl.verdicts else None
-    if lead is not None and lead.kind in ("uniform", "straggler") and lead.ranks and not lead.failure_class:
-        facts["lagging_ranks"] = ", ".join(str(r) for r in lead.ranks[:8])
+    timed_out = {r.rank for r in tl.collectives if r.seq is not None}
+    if lead is not None and lead.kind in ("uniform", "straggler") and not lead.failure_class:
+        absent = [r for r in lead.ranks if r not in timed_out]
+        if absent:
+            facts["lagging_ranks"] = ", ".join(str(r) for r in absent[:8])
     for spec in library.facts:
         if spec.value is not None:
             # a fact it needs is not in the log (or not a number): no value
