@@ -54,7 +54,8 @@ def test_normalise_strips_ansi_and_truncates() -> None:
 def _parse_context_unoptimised(text: str, *, max_prefixes: int = 4) -> LineContext:
     """parse_context without its shortcuts: every prefix pattern tried, every search run."""
     ctx = LineContext()
-    rest = text
+    unfenced = text.lstrip("`")
+    rest = unfenced
     for _ in range(max_prefixes):
         for kind, pat in lines._PREFIXES:
             m = pat.match(rest)
@@ -77,6 +78,8 @@ def _parse_context_unoptimised(text: str, *, max_prefixes: int = 4) -> LineConte
             break
         else:
             break
+    if rest is unfenced:
+        rest = text
     nm = lines._NCCL.search(rest)
     if nm:
         ctx.host = ctx.host or nm.group("host")
@@ -121,3 +124,12 @@ def test_shortcuts_change_no_context() -> None:
     for text in texts:
         for variant in (text, text.lstrip(), text[:40]):
             assert parse_context(variant) == _parse_context_unoptimised(variant), variant
+
+
+def test_a_backtick_before_the_prefix_of_a_pasted_log_is_skipped() -> None:
+    # verl-project/verl#5414 pasted its log after an inline-code backtick
+    ctx = parse_context(
+        "`(WorkerDict pid=3934735) [rank7]:[E226 16:00:37.342220332 ProcessGroupNCCL.cpp:685] [Rank 1] x"
+    )
+    assert (ctx.rank, ctx.pid) == (7, 3934735)
+    assert parse_context("```").message == "```"

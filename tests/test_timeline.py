@@ -100,6 +100,23 @@ def test_uniform_timeouts_name_the_ranks_that_never_reported() -> None:
     assert s.kind == "straggler" and s.ranks == [1]
 
 
+def test_a_subgroup_rank_is_keyed_by_torchruns_global_rank(compiled: CompiledLibrary) -> None:
+    # verl-project/verl#5414: "[Rank 1]" is global rank 7's rank in the sequence-parallel group;
+    # rank 0's line is only its dump-signal notice, so rank 0 is not said to lag
+    a = _analyse(compiled, Path("rules/nccl/nccl-watchdog-collective-timeout.match-subgroup.log"))
+    summary = a.timeline["verdict"]["summary"]
+    assert "only rank 7 (rank 1 of its process group)" in summary and "never joined" not in summary
+
+
+def test_subgroup_ranks_of_unnamed_groups_are_not_compared() -> None:
+    rows = [_row(13, 216, enq=220, done=215), _row(15, 57, enq=57, done=56)]
+    for r in rows:
+        r.pg_known = False
+        r.subgroup_rank = 1
+    (v,) = judge_collectives(rows, {13, 15})
+    assert v.failure_class is None and "cannot be compared" in v.summary
+
+
 @pytest.mark.parametrize(
     ("text", "phase"),
     [
@@ -108,6 +125,8 @@ def test_uniform_timeouts_name_the_ranks_that_never_reported() -> None:
         ("INFO [rank1] trainer: rollout: generating 16 x 16 tokens", "rollout"),
         ("INFO [rank0] trainer: step 12 loss 0.33", "train"),
         ("INFO [rank0] trainer: init_process_group(backend=nccl)", "launch"),
+        ("2024-05-07 15:51:09,140 - root - INFO - Starting training step on epoch 3", "train"),
+        ("INFO starting workers", "launch"),
         ("something else", None),
     ],
 )
@@ -559,3 +578,11 @@ def test_torch_1x_fingerprints_without_a_sequence_number_are_read(
     v = a.timeline["verdict"]
     assert "rank 1: ALLGATHER [6] vs rank 0: _ALLGATHER_BASE" in v["summary"]
     assert "sequence" not in v["summary"]
+
+
+def test_ranks_that_died_of_the_same_signal_failed_together(compiled: CompiledLibrary) -> None:
+    # hiyouga/LlamaFactory#2206: every rank got SIGBUS in the same second; the excerpt starts
+    # inside the table's "Failures:" part
+    a = _analyse(compiled, Path("rules/host/bus-error-shm.match-torchrun-all.log"))
+    summary = " ".join(v["summary"] for v in a.timeline["verdicts"])
+    assert "ranks 6, 7 exited the same way (exitcode -7)" in summary and "failed together" in summary

@@ -138,6 +138,18 @@ class Signature(Match):
 
     name: Annotated[str, Field(pattern=RULE_ID)]
     confidence: float = Field(gt=0, le=1)
+    # an expression over the log's facts: the signature counts only where it holds (a failure
+    # table's SIGBUS is shared memory only when several workers died of it)
+    when: str | None = None
+
+    @model_validator(mode="after")
+    def _when_parses(self) -> Signature:
+        if self.when is not None:
+            try:
+                parse_expression(self.when)
+            except ExprError as exc:
+                raise ValueError(f"`when`: {exc}") from None
+        return self
 
 
 class PatchTarget(StrEnum):
@@ -329,7 +341,11 @@ class FrameworkDetector:
 
 # facts the engine derives from the whole log rather than from one line (`triage`):
 # metric_lines: training-metric lines read (a sample in long logs): 0 = no step ran that the log shows
-DERIVED_FACTS: dict[str, str] = {"metric_lines": "int"}
+# sigbus_processes: processes torchrun's failure table (in the log's last lines) reports killed by
+# SIGBUS (exitcode -7), counted by pid
+# lagging_ranks: the ranks the timeline found the others waiting for in a timed-out collective
+# (never reached it, or printed no error while the others failed), "0" or "0, 2"; absent otherwise
+DERIVED_FACTS: dict[str, str] = {"metric_lines": "int", "sigbus_processes": "int", "lagging_ranks": "str"}
 
 
 @dataclass(frozen=True)

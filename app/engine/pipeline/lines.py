@@ -119,7 +119,9 @@ def normalise(raw: bytes, *, max_chars: int) -> str:
 
 def parse_context(text: str, *, max_prefixes: int = 4) -> LineContext:
     ctx = LineContext()
-    rest = text
+    # a log pasted into markdown keeps the fence's or inline code's backtick before its prefix
+    unfenced = text.lstrip("`") if text[:1] == "`" else text
+    rest = unfenced
     for _ in range(max_prefixes):
         for kind, pat in _prefixes_for(rest[:1]):
             m = pat.match(rest)
@@ -142,6 +144,8 @@ def parse_context(text: str, *, max_prefixes: int = 4) -> LineContext:
             break
         else:
             break
+    if rest is unfenced:
+        rest = text  # no prefix after the backtick: the line is what it was
     nm = _NCCL.search(rest) if _NCCL_MARK in rest else None
     if nm:
         ctx.host = ctx.host or nm.group("host")

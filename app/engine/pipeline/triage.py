@@ -178,6 +178,53 @@ def scan_all(
     return [r for r in results if r is not None]
 
 
+def _signatures_that_hold(matches: list[RuleMatch], facts: Mapping[str, Any]) -> list[RuleMatch]:
+    """Drops the signatures whose `when` does not hold for this log's facts; a match left with
+    none is dropped, one left with some takes the best remaining confidence."""
+    out: list[RuleMatch] = []
+    for m in matches:
+        conditional = {s.name: s for s in m.rule.signatures if s.when is not None}
+        if not conditional or not any(n in conditional for n in m.signatures):
+            out.append(m)
+            continue
+        scope = Scope(captures=m.captures, facts=facts)
+
+        def ok(name: str, scope: Scope = scope, conditional: dict[str, Any] = conditional) -> bool:
+            if name not in conditional:
+                return True
+            try:
+                return holds(conditional[name].when, scope)
+            except ExprError:
+                return False
+
+        kept = [n for n in m.signatures if ok(n)]
+        if not kept:
+            continue
+        if kept != m.signatures:
+            conf = {s.name: s.confidence for s in m.rule.signatures} | {"main": m.rule.confidence}
+            m.signatures = kept
+            m.confidence = max(conf.get(n, m.rule.confidence) for n in kept)
+        out.append(m)
+    return out
+
+
+# torchrun's failure table: "exitcode  : -7 (pid: 16615)",
+# "traceback : Signal 7 (SIGBUS) received by PID 16615"
+_SIGBUS_PID = re.compile(r"exitcode\s*: -7 \(pid: (\d+)\)|Signal 7 \(SIGBUS\) received by PID (\d+)")
+
+
+def _sigbus_processes(scans: list[Any]) -> int:
+    """How many processes the launcher's failure table reports killed by SIGBUS (by pid)."""
+    pids: set[tuple[str, str]] = set()
+    for s in scans:
+        for _n, text in s.tail:
+            if "-7 (pid" in text or "SIGBUS" in text:
+                m = _SIGBUS_PID.search(text)
+                if m:
+                    pids.add((s.name, m.group(1) or m.group(2)))
+    return len(pids)
+
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPE]?)(i?)B\s*$", re.I)
 
 
@@ -481,6 +528,15 @@ def triage(
             facts[name] = typed = _typed_fact(value, ftype)
             fact_list.append(Fact(name=name, value=typed, text=value, type=ftype, file=s.name, line=line))
     facts["metric_lines"] = sum(len(s.metrics) for s in scans)  # DERIVED_FACTS
+    facts["sigbus_processes"] = _sigbus_processes(scans)
+    # the ranks the others waited for: named by the timeline's lead verdict and not among the
+    # ranks that timed out themselves (those completed fewer of the same collectives: blocked, not absent)
+    lead = tl.verdicts[0] if tl.verdicts else None
+    timed_out = {r.rank for r in tl.collectives if r.seq is not None}
+    if lead is not None and lead.kind in ("uniform", "straggler") and not lead.failure_class:
+        absent = [r for r in lead.ranks if r not in timed_out]
+        if absent:
+            facts["lagging_ranks"] = ", ".join(str(r) for r in absent[:8])
     for spec in library.facts:
         if spec.value is not None:
             # a fact it needs is not in the log (or not a number): no value
@@ -492,6 +548,7 @@ def triage(
                         Fact(name=spec.name, value=v, text=shown, type=spec.type, expression=spec.value)
                     )
 
+    matches = _signatures_that_hold(matches, facts)
     ranked = rank(matches, library)
     if opts.exit_code == 0:
         _masked_exit(ranked, scans, library)

@@ -53,6 +53,8 @@ from app.engine.timeline.stacks import stack_autopsy
 
 # --- probes: scanned everywhere by the main multi-pattern pass ------------------------------------
 
+# torchrun's "--tee"/log-prefix "[rank7]:" carries the global rank ("[default7]:" is the local one)
+_TORCHRUN_RANK = re.compile(r"\[rank(\d+)\]:")
 _PG_RANK = r"\[PG (?:ID )?(?P<pg>\d+)(?!\d)[^\]]*?Rank (?P<prank>\d+)\]"
 # torch 2.6 prints a barrier's fingerprint without a separator or shapes:
 # "CollectiveFingerPrint(SequenceNumber=1OpType=BARRIER)"; torch < 2.0 has no sequence number:
@@ -104,12 +106,20 @@ def collectives(probes: Iterable[tuple[str, str, Any]], year: int | None) -> lis
             continue
         g = rec.groups
         rank = _int(g.get("prank"))
+        sub: int | None = None
+        prefixed = _TORCHRUN_RANK.search(rec.text)
+        if rank is not None and prefixed is not None and int(prefixed.group(1)) != rank:
+            # "[rank7]:... [Rank 1] Watchdog caught ...": rank 1 of a subgroup (sequence or tensor
+            # parallel) on global rank 7; key the row by the global rank
+            sub, rank = rank, int(prefixed.group(1))
         if rank is None:
             rank = rec.ctx.rank
         if rank is None:
             continue
         pg = g.get("pg") or "0"
         row = rows.setdefault((pg, rank), CollectiveRow(rank=rank, pg=pg, pg_known=bool(g.get("pg"))))
+        if sub is not None:
+            row.subgroup_rank = sub
         t = parse_time(rec.text, year_hint=year)
         if name == "watchdog" and row.seq is not None and _int(g.get("seq")) != row.seq and not g.get("pg"):
             # one rank timing out on several sequence numbers without a group id: the lines come
@@ -133,6 +143,8 @@ def collectives(probes: Iterable[tuple[str, str, Any]], year: int | None) -> lis
         if row.seq is None and pg != "0" and ("0", rank) in rows and rows[("0", rank)].last_enqueued is None:
             rows[("0", rank)].last_enqueued = row.last_enqueued
             rows[("0", rank)].last_completed = row.last_completed
+            if row.subgroup_rank is not None:
+                rows[("0", rank)].subgroup_rank = row.subgroup_rank
             del rows[(pg, rank)]
     return list(rows.values())
 
@@ -160,6 +172,20 @@ def judge_collectives(
         seqs = {r.seq for r in group}
         timed = {r.rank for r in group}
         others = [r for r in status.get(pg, []) if r.rank not in timed]
+        if (
+            len(group) > 1
+            and any(r.subgroup_rank is not None for r in group)
+            and not all(r.pg_known for r in group)
+        ):
+            # subgroup ranks whose watchdog lines do not name their group: they may sit in
+            # different subgroups (each tensor- or expert-parallel group counts on its own)
+            summary = (
+                f"{_who(sorted(timed))} timed out in process subgroups the watchdog lines do not name "
+                f"(sequence numbers {', '.join(str(r.seq) for r in group[:6])}): they cannot be "
+                "compared across ranks"
+            )
+            out.append(Verdict("uniform", summary, [], seq=group[0].seq, evidence=ev))
+            continue
         if len(seqs) == 1:
             seq = group[0].seq
             assert seq is not None
@@ -211,6 +237,14 @@ def judge_collectives(
             if len(group) == 1 and not never:
                 missing = sorted(known_ranks - timed)
                 summary = f"only rank {group[0].rank} timed out (sequence {seq}, {_size(group[0])})"
+                if group[0].subgroup_rank is not None:
+                    # a subgroup's collective: the ranks of the log need not be members of it
+                    missing = []
+                    summary = (
+                        f"only rank {group[0].rank} (rank {group[0].subgroup_rank} of its process group) "
+                        f"timed out (sequence {seq}, {_size(group[0])}); the other members of that "
+                        "group are not in this log"
+                    )
                 if missing:
                     summary += f"; {_who(missing)} never joined it: they lag or stopped"
                 out.append(Verdict("straggler", summary, missing, seq=seq, evidence=ev))
@@ -664,9 +698,15 @@ def launcher_exits(scans: Sequence[Any]) -> dict[int, LauncherExit]:
     entries: list[tuple[str, str, int, dict[str, str]]] = []
     for scan in scans:
         section: str | None = None
+        headed = False
         for lineno, text in scan.tail:
             if _TORCHRUN_OTHERS.match(text) or _TORCHRUN_ROOT.match(text):
                 section = "root" if text.startswith("Root") else "others"
+                headed = True
+            elif section is None and not headed and _TR_ENTRY.match(text):
+                # an excerpt that starts inside the table's "Failures:" part (its header cut off)
+                section = "others"
+                entries.append((scan.name, section, lineno, {}))
             elif section is not None and _TR_ENTRY.match(text):
                 entries.append((scan.name, section, lineno, {}))
             elif section is not None and text.startswith("====="):
@@ -692,6 +732,29 @@ def launcher_verdict(exits: dict[int, LauncherExit], states: dict[int, RankState
         return None
     st = states.get(first.rank)
     summary = f"torchrun saw rank {first.rank} fail first ({first.describe()})"
+    # the other ranks died of the same signal (not the launcher's SIGTERM): they failed together,
+    # of something they share, and the first listed is only the first to be reaped
+    same = sorted(
+        e.rank
+        for e in exits.values()
+        if not e.first
+        and e.exitcode == first.exitcode
+        and first.exitcode is not None
+        and first.exitcode < 0
+        and not e.terminated
+    )
+    if same:
+        summary += (
+            f"; {_who(same)} exited the same way (exitcode {first.exitcode}): the ranks failed together, "
+            f"rank {first.rank} is only the first listed"
+        )
+        return Verdict(
+            "first_failure",
+            summary,
+            sorted([first.rank, *same]),
+            phase=st.phase if st else None,
+            evidence=[Line(first.file, first.line, "", None)],
+        )
     if st is not None and st.last_activity is not None:
         summary += f"; its last line: {st.last_activity.text.strip()[:160]!r}"
     return Verdict(
@@ -818,8 +881,12 @@ def build(scans: Sequence[Any]) -> Timeline:
         if name == "gloo_timeout" and rec.ctx.rank is not None:
             timed_out.setdefault(rec.ctx.rank, f"gloo timed out waiting for a {rec.groups.get('op')}")
     exits = launcher_exits(scans)
+    # only subgroup ranks timed out (their "[Rank N]" is not torchrun's global rank): the quiet
+    # ranks of the log need not be members of that group, so their silence says nothing
+    timed_rows = [r for r in tl.collectives if r.seq]
+    subgroup_only = bool(timed_rows) and all(r.subgroup_rank is not None for r in timed_rows)
     for extra in (
-        quiet_verdict(tl.ranks, timed_out, exits),
+        None if subgroup_only else quiet_verdict(tl.ranks, timed_out, exits),
         silent_verdict(tl.ranks, verdicts[0] if verdicts else None),
     ):
         if extra is None:

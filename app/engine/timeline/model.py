@@ -27,7 +27,10 @@ PHASES: list[tuple[str, re.Pattern[str]]] = [
     (
         "launch",
         re.compile(
-            r"init_process_group|rendezvous|NCCL version|initiali[sz]|loading|Using network|starting", re.I
+            # "starting" alone, not "Starting training step on epoch 3" (a training line)
+            r"init_process_group|rendezvous|NCCL version|initiali[sz]|loading|Using network|"
+            r"starting(?!\s+(?:train|step|epoch|iteration|rollout|generat|eval|validat))",
+            re.I,
         ),
     ),
 ]
@@ -120,6 +123,9 @@ class CollectiveRow:
     # False when no line of this row named its process group (torch < 2.6 watchdog lines): then
     # rows of different groups (data, tensor, pipeline parallel) may sit under one key
     pg_known: bool = True
+    # the rank the message names is its rank inside a subgroup, not the global rank of the
+    # torchrun "[rankN]:" prefix (which `rank` holds then): other ranks' absence says nothing
+    subgroup_rank: int | None = None
     seq: int | None = None
     op: str | None = None
     numel_in: int | None = None
