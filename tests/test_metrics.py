@@ -21,6 +21,11 @@ GPU = "tests/corpus/gpu"
             310,
             {"lm loss": 2.11231, "grad norm": 123.456, "learning rate": 1e-05, "loss scale": 1.0},
         ),
+        (  # DeepSpeed-Chat's `|`-joined step line, printed by a Ray actor (its pid=/ip= are no metrics)
+            "(WorkerDict pid=90412, ip=10.12.0.33) epoch: 0|step: 3184|ppo_ep: 1|act_loss: inf|cri_loss: 2.5",
+            3184,
+            {"act_loss": float("inf"), "cri_loss": 2.5},
+        ),
         (  # HF Trainer / DeepSpeed dict
             "{'loss': 0.5231, 'grad_norm': 1.843, 'learning_rate': 4.9e-05, 'epoch': 0.02}",
             None,

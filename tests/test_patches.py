@@ -391,3 +391,10 @@ def test_a_condition_holds_only_on_what_the_log_states() -> None:
     assert not holds("missing > 0", scope), "a value the log does not state: the advice is left out"
     with pytest.raises(ExprError):
         holds("name > 5", scope)  # a string against a number: the caller reports it
+
+
+def test_an_out_of_range_value_is_an_expression_error_not_a_crash() -> None:
+    huge = int("9" * 400) * 2**30  # an OOM message "asking" for 10^400 GiB, in bytes
+    with pytest.raises(ExprError, match="out of range"):
+        evaluate("a / b * 100", Scope(facts={"a": huge, "b": 3}))
+    assert evaluate("a // b", Scope(facts={"a": huge, "b": huge})) == 1  # exact integers stay exact

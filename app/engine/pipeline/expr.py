@@ -154,7 +154,11 @@ def parse_expression(source: str) -> None:
 
 
 def evaluate(source: str, scope: Scope) -> Any:
-    return _eval(_parse(source), scope)
+    try:
+        return _eval(_parse(source), scope)
+    except (OverflowError, RecursionError) as exc:
+        # a number no log really prints (an OOM "asking" for 10^400 GiB): no value, not a crash
+        raise ExprError(f"{source!r}: a value is out of range ({exc})") from None
 
 
 def _eval(node: ast.AST, scope: Scope) -> Any:

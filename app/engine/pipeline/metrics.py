@@ -173,12 +173,18 @@ def _pairs(line: str) -> list[tuple[str, str]]:
 
 
 _NUMERIC_CHAR = re.compile(r"[\dnNiI]")  # a digit, or the first letter of nan / inf
+# Ray's prefix on an actor's output: its `pid=`/`ip=` would be read as the line's key=value pairs
+_RAY_PREFIX = re.compile(r"\(\w+ pid=\d+(?:, ip=[\w.:-]+)?\)\s*(?:\[repeated \d+x across cluster\]\s*)?")
 
 
 def parse_line(line: str, lineno: int) -> MetricPoint | None:
     """The metrics one line reports, or None when it reports no training signal."""
     if len(line) > 8192 or not _NUMERIC_CHAR.search(line):
         return None
+    if line.startswith("("):
+        m = _RAY_PREFIX.match(line)
+        if m:
+            line = line[m.end() :]
     values: dict[str, float] = {}
     step: int | None = None
     megatron = _megatron_pairs(line)
