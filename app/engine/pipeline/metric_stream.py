@@ -89,6 +89,23 @@ def _at_least_decade(k: int) -> str:
     )
 
 
+# a decade gate's line is parsed only when a value on it could be a spike: 10x the smallest
+# value any followed metric has had (a bytes regex, ~2 µs, against ~45 µs for parse_line)
+_SPIKY_VALUE = re.compile(
+    rb"(?:loss|norm|kl)['\"]?(?:\s*[:=]\s*(?:tensor\()?| +)([-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)"
+)
+
+
+def _could_spike(raw: bytes, floor: float) -> bool:
+    for m in _SPIKY_VALUE.finditer(raw):
+        try:
+            if abs(float(m.group(1))) >= floor:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
 # (name, pattern, ignore_case, single): the scan adds them to its matcher, in this order
 METRIC_GATES: tuple[tuple[str, str, bool, bool], ...] = (
     ("nonfinite", _NONFINITE_AFTER_SIGN, False, False),
@@ -98,6 +115,7 @@ METRIC_GATES: tuple[tuple[str, str, bool, bool], ...] = (
     *((f"decade_{k}", _at_least_decade(k), False, True) for k in range(SPIKE_DECADES)),
 )
 _MEGATRON_GATE = 3
+_FIRST_DECADE = 4  # METRIC_GATES index of decade_0
 # where a sample is looked for: a line naming a loss, a grad norm or a reward, within
 # HINT_WINDOW bytes (`bytes.find`s: a case-blind regex took ~75 µs a sample on the generated log)
 _HINTS = (b"loss", b"Loss", b"grad_norm", b"grad norm", b"reward")
@@ -216,11 +234,19 @@ class MetricStream:
         found: list[_Pending],
     ) -> None:
         pos, lineno = 0, line_base
+        floor: float | None = -1.0  # not computed yet
         for ls in sorted(gates):
+            le = buf.find(b"\n", ls, cut)
+            raw = bytes(buf[ls : le if le >= 0 else cut])
+            if min(gates[ls]) >= _FIRST_DECADE:
+                # only a decade gate saw it: worth a parse only if it can be a spike
+                if floor == -1.0:
+                    floor = self.checker.spike_floor()
+                if floor is None or not _could_spike(raw, floor):
+                    continue
             lineno += self._count(pos, ls)
             pos = ls
-            le = buf.find(b"\n", ls, cut)
-            text = metric_text(bytes(buf[ls : le if le >= 0 else cut]))
+            text = metric_text(raw)
             self.gate_lines += 1
             p = parse_line(text, lineno + 1)
             if p is None:

@@ -276,6 +276,8 @@ class Checker:
         self.history: dict[str, deque[float]] = {}  # the last values' magnitudes, of spiky names
         self.reported: set[tuple[str, str]] = set()
         self.streak: dict[str, int] = {}  # Megatron losses: in how many iteration lines in a row
+        self._floor: float | None = None
+        self._floor_stale = True
         # Megatron: iteration lines in a row that applied no update at the same loss scale
         self.stuck: tuple[int, float | None] = (0, None)
 
@@ -329,8 +331,24 @@ class Checker:
                     )
             if history:
                 past.append(abs(v))
+                self._floor_stale = True
         _skipped_most(p, reported, self)
         return self.issues[before:]
+
+    def spike_floor(self) -> float | None:
+        """The smallest value that can be a spike of any followed metric: SPIKE_FACTOR x the
+        smallest median of a history long enough to judge; None while none is. Kept until the
+        history changes (it changes with each sampled line, not with each chunk)."""
+        if self._floor_stale:
+            medians = [
+                sorted(past)[len(past) // 2]
+                for past in self.history.values()
+                if len(past) >= SPIKE_MIN_HISTORY
+            ]
+            positive = [m for m in medians if m > 0]
+            self._floor = SPIKE_FACTOR * min(positive) if positive else None
+            self._floor_stale = False
+        return self._floor
 
     def missing_loss(self, p: MetricPoint, name: str) -> MetricIssue | None:
         """Report Megatron's loss `name` left out of iteration line `p` (found by a caller that
