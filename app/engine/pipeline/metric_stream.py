@@ -180,6 +180,7 @@ class MetricStream:
         self._count: Callable[[int, int], int] = lambda a, b: 0
         self._start: int | None = None
         self._end = 0
+        self._decades_prev: set[int] = set()  # the decade gates the previous chunk fired
         self.gate_lines = 0  # lines parsed because a gate reported them (for benchmarks)
         self.sampled_lines = 0
 
@@ -210,6 +211,13 @@ class MetricStream:
                         continue
                     gates[ls] = got = set()
                 got.add(pid - lo)
+        # a decade every chunk reaches is the run's ordinary level: its single-match line is a
+        # healthy one, so only a decade the previous chunk did not reach is worth a parse
+        decades = {g for gs in gates.values() for g in gs if g >= _FIRST_DECADE}
+        routine, self._decades_prev = self._decades_prev, decades
+        if decades:
+            for ls in [ls for ls, gs in gates.items() if min(gs) >= _FIRST_DECADE and gs <= routine]:
+                del gates[ls]
         found: list[_Pending] = []
         if gates:
             self._parse_gate_lines(buf, cut, line_base, offset, gates, found)
