@@ -126,6 +126,15 @@ class Match(Strict):
         return names
 
 
+def _check_when(when: str | None) -> None:
+    """A `when:` that is not an expression is refused at load, where the rule is named."""
+    if when is not None:
+        try:
+            parse_expression(when)
+        except ExprError as exc:
+            raise ValueError(f"`when`: {exc}") from None
+
+
 class Signature(Match):
     """Another way the same failure shows in a log, with its own confidence.
 
@@ -144,11 +153,7 @@ class Signature(Match):
 
     @model_validator(mode="after")
     def _when_parses(self) -> Signature:
-        if self.when is not None:
-            try:
-                parse_expression(self.when)
-            except ExprError as exc:
-                raise ValueError(f"`when`: {exc}") from None
+        _check_when(self.when)
         return self
 
 
@@ -178,11 +183,7 @@ class StepSpec(Strict):
 
     @model_validator(mode="after")
     def _when_parses(self) -> StepSpec:
-        if self.when is not None:
-            try:
-                parse_expression(self.when)
-            except ExprError as exc:
-                raise ValueError(f"`when`: {exc}") from None
+        _check_when(self.when)
         return self
 
 
