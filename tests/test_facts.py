@@ -82,4 +82,6 @@ def test_a_fact_is_redacted_like_an_evidence_line(tmp_path: Path) -> None:
     a = _analyse(compiled, log)
     (fact,) = [f for f in a.facts if f.name == "launch_env"]
     assert token not in fact.text and token not in str(fact.value) and fact.line == 1
+    # redacted where it is read, so no step, patch or stats value built from it carries it
+    assert token not in str(a.stats["facts"])
     assert any("redacted secrets" in w for w in a.warnings)

@@ -18,9 +18,10 @@ make the points the timeline charts over the whole run; the spike itself is foun
 sample or by the *decade gates*: a 10x jump crosses a power of ten, and one single-match gate
 per decade reports the first line of each chunk whose loss, grad norm or KL reaches it. A spike
 is missed before the log's last lines only where it is shorter than the gap between two
-samples and, in its chunk, healthy values already reached its decade before it. The gates
-cost the scan ~0.15 s/GB on the generated log (its metric lines name a loss every few hundred
-bytes: each occurrence is tried until a gate has fired), bench/README.md "Issue 22".
+samples and, in its chunk, healthy values already reached its decade before it. A decade
+every chunk reaches is the run's ordinary level and its line is not parsed, nor one whose values
+are all below 10x the smallest median followed: on the generated log the gates cost the scan
+less than the run-to-run spread (bench/README.md "Issue 22").
 
 The last EXACT_TAIL_BYTES of the log, and a log of up to WHOLE_LOG_BYTES whole, are parsed line
 by line as before (app.engine.pipeline.scan gives them to `finish`): such a log, and the end of any log,
@@ -89,8 +90,8 @@ def _at_least_decade(k: int) -> str:
     )
 
 
-# a decade gate's line is parsed only when a value on it could be a spike: 10x the smallest
-# value any followed metric has had (a bytes regex, ~2 µs, against ~45 µs for parse_line)
+# a decade gate's line is parsed only when a value on it could be a spike: at least 10x the
+# smallest median any followed metric has (a bytes regex, ~2 µs, against ~45 µs for parse_line)
 _SPIKY_VALUE = re.compile(
     rb"(?:loss|norm|kl)['\"]?(?:\s*[:=]\s*(?:tensor\()?| +)([-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)"
 )

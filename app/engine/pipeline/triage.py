@@ -517,6 +517,8 @@ def triage(
     _stamp_times(matches, tl.year)
     framework, detected = _detect_framework(scans, opts.framework)
 
+    redactions: Counter[str] = Counter()
+    sizes = _size_facts(library)
     facts: dict[str, Any] = {}
     fact_list: list[Fact] = []
     fact_types = {f.name: f.type for f in library.facts}
@@ -524,6 +526,9 @@ def triage(
         for name, (value, line) in sorted(s.facts.items(), key=lambda kv: kv[1][1]):
             if name in facts:
                 continue
+            if not opts.input_redacted:
+                # a fact is log text: steps, patches and the facts list show it, like a capture
+                value = redact_text(value, redactions)
             ftype = fact_types.get(name, "str")
             facts[name] = typed = _typed_fact(value, ftype)
             fact_list.append(Fact(name=name, value=typed, text=value, type=ftype, file=s.name, line=line))
@@ -543,7 +548,7 @@ def triage(
             with contextlib.suppress(Missing, ExprError, TypeError, ValueError, ZeroDivisionError):
                 facts[spec.name] = v = evaluate_expression(spec.value, Scope(facts=facts))
                 if isinstance(v, str | int | float | bool):
-                    shown = _shown(spec.name, v, _size_facts(library))
+                    shown = _shown(spec.name, v, sizes)
                     fact_list.append(
                         Fact(name=spec.name, value=v, text=shown, type=spec.type, expression=spec.value)
                     )
@@ -553,10 +558,8 @@ def triage(
     if opts.exit_code == 0:
         _masked_exit(ranked, scans, library)
 
-    redactions: Counter[str] = Counter()
     problems: list[str] = []
     scope = Scope(facts=facts, config=config)
-    sizes = _size_facts(library)
     findings = [
         _finding(
             r,
@@ -571,13 +574,6 @@ def triage(
         for r in ranked
     ]
     _one_value_per_key(findings)
-    if not opts.input_redacted:
-        # a fact is log text shown in the report, like an evidence line
-        for fact in fact_list:
-            if fact.line is not None:
-                fact.text = redact_text(fact.text, redactions)
-                if isinstance(fact.value, str):
-                    fact.value = redact_text(fact.value, redactions)
     root_finding = findings[0] if findings and findings[0].role == "root_cause" else None
     possible = (
         [_possible(r, f, library) for r, f in zip(ranked, findings, strict=True) if r.possible]
