@@ -586,3 +586,33 @@ def test_ranks_that_died_of_the_same_signal_failed_together(compiled: CompiledLi
     a = _analyse(compiled, Path("rules/host/bus-error-shm.match-torchrun-all.log"))
     summary = " ".join(v["summary"] for v in a.timeline["verdicts"])
     assert "ranks 6, 7 exited the same way (exitcode -7)" in summary and "failed together" in summary
+
+
+FAILED_FIRST = Path("rules/dist/torchrun-rank-failed-first.match.log")
+
+
+def test_a_rank_that_exited_with_an_error_before_the_others_timed_out_leads(
+    compiled: CompiledLibrary,
+) -> None:
+    # torchrun's table: rank 4 exited 1 (an exception) at 11:37:36; rank 0's watchdog fired ten
+    # minutes later. Rank 0 waited for a peer already gone: rank 4's error is the cause
+    a = _analyse(compiled, FAILED_FIRST)
+    root = a.root_cause
+    assert root is not None and root.rule_id == "torchrun-rank-failed-first"
+    assert root.ranks == [4] and "exitcode  : 1" in root.evidence[0].text
+    assert "workergpu008" in root.remediation and "2024-08-20_11:37:36" in root.remediation
+    timeout = next(f for f in a.findings if f.failure_class == "nccl.collective_timeout")
+    assert timeout.role == "symptom"
+
+
+def test_a_first_failure_that_timed_out_itself_is_not_the_peer_the_others_waited_for(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    # the same table with rank 0 as its first failure: rank 0's own watchdog fired, so its exit 1
+    # is the timeout's (the exception torch raises), not an error of its own
+    text = FAILED_FIRST.read_text().replace("rank      : 4 (local_rank: 0)", "rank      : 0 (local_rank: 0)")
+    log = tmp_path / "own-timeout.log"
+    log.write_text(text)
+    a = _analyse(compiled, log)
+    assert a.root_cause is not None and a.root_cause.rule_id != "torchrun-rank-failed-first"
+    assert not any(v["failure_class"] == "python.unhandled_exception" for v in a.timeline["verdicts"])

@@ -122,6 +122,7 @@ EXERCISES: dict[str, Callable[[CompiledLibrary, Path], set[str]]] = {
     "metric_steps_skipped": _metric_steps_skipped,
     "collective_desync": _verdict("collective_desync"),
     "rank_exited": _verdict("rank_exited"),
+    "rank_failed_first": _verdict("rank_failed_first"),
 }
 
 

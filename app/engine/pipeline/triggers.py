@@ -209,6 +209,13 @@ KINDS: dict[str, TriggerKind] = {
             _verdict,
             "a rank's output stops without an error while the others wait for it",
         ),
+        TriggerKind(
+            "rank_failed_first",
+            "timeline",
+            _VERDICT_CAPTURES,
+            _verdict,
+            "torchrun saw a rank exit with an error first while other ranks timed out waiting for it",
+        ),
     )
 }
 

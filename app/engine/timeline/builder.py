@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -676,8 +676,11 @@ class LauncherExit:
     exitcode: int | None
     traceback: str
     first: bool  # the "Root Cause (first observed failure)" entry
-    line: int  # where the entry starts in its file
+    line: int  # its exitcode row in its file (else where the entry starts)
     file: str
+    time: str = ""  # as the table prints it ("2024-08-20_11:37:36")
+    host: str = ""
+    text: str = ""  # the entry's exitcode row, as evidence
 
     @property
     def terminated(self) -> bool:
@@ -694,8 +697,9 @@ class LauncherExit:
 def launcher_exits(scans: Sequence[Any]) -> dict[int, LauncherExit]:
     """torchrun's failure table, per rank (empty when the log has none). Ranks that exited 0 are
     not listed: in a log with a table, a rank missing from it ended on its own, without error."""
-    # (file, section, first line, fields) per entry of the table
+    # (file, section, first line, fields) per entry of the table; the exitcode row as evidence
     entries: list[tuple[str, str, int, dict[str, str]]] = []
+    code_rows: dict[int, tuple[int, str]] = {}
     for scan in scans:
         section: str | None = None
         headed = False
@@ -713,25 +717,65 @@ def launcher_exits(scans: Sequence[Any]) -> dict[int, LauncherExit]:
                 section = None
             elif section is not None and entries and (m := _TR_FIELD.match(text)):
                 entries[-1][3].setdefault(m.group("k"), m.group("v").strip())
+                if m.group("k") == "exitcode":
+                    code_rows.setdefault(len(entries) - 1, (lineno, text))
     out: dict[int, LauncherExit] = {}
-    for file, section, start, fields in entries:
+    for i, (file, section, start, fields) in enumerate(entries):
         rank = _int((fields.get("rank") or "").split(" ", 1)[0] or None)
         if rank is None or rank in out:
             continue
         code = _int((fields.get("exitcode") or "").split(" ", 1)[0] or None)
-        out[rank] = LauncherExit(rank, code, fields.get("traceback", ""), section == "root", start, file)
+        row = code_rows.get(i)
+        out[rank] = LauncherExit(
+            rank,
+            code,
+            fields.get("traceback", ""),
+            section == "root",
+            row[0] if row else start,
+            file,
+            fields.get("time", ""),
+            fields.get("host", ""),
+            row[1] if row else "",
+        )
     return out
 
 
-def launcher_verdict(exits: dict[int, LauncherExit], states: dict[int, RankState]) -> Verdict | None:
+# a Python process that raised (or called sys.exit with a code) ends with 1-125; 126-255 are the
+# shell's "cannot run" codes and 128+N a signal as a shell reports it
+_ERROR_EXIT = range(1, 126)
+
+
+def launcher_verdict(
+    exits: dict[int, LauncherExit], states: dict[int, RankState], timed_out: Collection[int] = ()
+) -> Verdict | None:
     """torchrun's "Root Cause (first observed failure)": the rank the launcher saw fail first. It
     is the first to *exit*, not always the culprit (a straggler's peer times out first), so this
-    verdict only names a rank when nothing else does."""
+    verdict only names a rank when nothing else does, except in one case: that rank ended with an
+    error status of its own (an exception: exit code 1, not a signal) while other ranks timed out
+    in a collective and it did not. The others were waiting for the rank that had already gone,
+    so its error is the cause (trigger `rank_failed_first`)."""
     first = next((e for e in exits.values() if e.first), None)
     if first is None:
         return None
     st = states.get(first.rank)
     summary = f"torchrun saw rank {first.rank} fail first ({first.describe()})"
+    if first.exitcode in _ERROR_EXIT and timed_out and first.rank not in timed_out:
+        where = "".join(
+            part
+            for part in (f" on {first.host}" if first.host else "", f" at {first.time}" if first.time else "")
+        )
+        waiting = sorted(timed_out)
+        return Verdict(
+            "first_failure",
+            f"rank {first.rank} exited with code {first.exitcode}{where}, torchrun's first observed "
+            f"failure, and did not time out itself; {_who(waiting)} then timed out waiting in a "
+            "collective",
+            [first.rank],
+            "python.unhandled_exception",
+            phase=st.phase if st else None,
+            evidence=[Line(first.file, first.line, first.text, None)],
+            trigger="rank_failed_first",
+        )
     # the other ranks died of the same signal (not the launcher's SIGTERM): they failed together,
     # of something they share, and the first listed is only the first to be reaped
     same = sorted(
@@ -897,9 +941,12 @@ def build(scans: Sequence[Any]) -> Timeline:
             verdicts.insert(0, extra)
         else:
             verdicts.append(extra)
-    first = launcher_verdict(exits, tl.ranks)
+    first = launcher_verdict(exits, tl.ranks, timed_out)
     if first is not None:
-        verdicts.append(first)
+        if first.failure_class and not any(v.failure_class for v in verdicts):
+            verdicts.insert(0, first)
+        else:
+            verdicts.append(first)
     for v in verdicts:
         if v.phase is None and v.ranks:
             phases = [tl.ranks[r].phase for r in v.ranks if r in tl.ranks and tl.ranks[r].phase]
