@@ -56,19 +56,29 @@ NEXT_STEPS_UNKNOWN = [
     "Record versions: `pip list | grep -iE 'torch|ray|vllm|sglang|megatron|deepspeed|transformer'`, "
     "`nvidia-smi` driver and CUDA version.",
 ]
-NEXT_STEPS_SYMPTOM = [
-    "This failure is usually a symptom of a problem on another rank or node: collect the logs of "
-    "all ranks (every Ray worker's `*.err`/`*.out` under /tmp/ray/session_latest/logs) and run "
-    "logtriage on them together.",
-    "Check the nodes for hardware faults: `dmesg -T | grep -iE 'xid|nvrm|ecc'`.",
-]
+# A collective timeout is the one root class that is a symptom whatever the rule: the ranks that
+# report it waited for a peer. Dead actors and NCCL errors are often local (a socket interface
+# missing, the actor's own process killed), and their rules say where to look themselves.
+WAITED_FOR_A_PEER = "nccl.collective_timeout"
+NEXT_STEPS_WAITED = (
+    "The ranks that report a timeout were waiting for a peer: collect the logs of all ranks{ray} "
+    "and run logtriage on them together; the first failure in time is the one to fix."
+)
+RAY_WORKER_LOGS = " (every Ray worker's `*.err`/`*.out` under /tmp/ray/session_latest/logs)"
+NEXT_STEPS_HARDWARE = "Check the nodes for hardware faults: `dmesg -T | grep -iE 'xid|nvrm|ecc'`."
 
 
-def _next_steps(root: Finding | None, findings: list[Finding], possible: list[PossibleCause]) -> list[str]:
+def _next_steps(
+    root: Finding | None, findings: list[Finding], possible: list[PossibleCause], frameworks: list[str]
+) -> list[str]:
     """What to collect next, from what the log shows: a plain exception gets "read that frame",
-    not a hardware checklist; a symptom gets "find the rank that failed first"."""
+    not a hardware checklist; a timeout gets "find the rank that failed first" (with Ray's log
+    folders only for a job on Ray)."""
     if root is not None:
-        return list(NEXT_STEPS_SYMPTOM) if root.failure_class in SYMPTOM_CLASSES else []
+        if root.failure_class != WAITED_FOR_A_PEER:
+            return []
+        ray = RAY_WORKER_LOGS if "ray" in frameworks else ""
+        return [NEXT_STEPS_WAITED.format(ray=ray), NEXT_STEPS_HARDWARE]
     steps = [f"To confirm {p.failure_class} ({p.title}): {p.confirm}" for p in possible]
     exc = next((f for f in findings if f.failure_class == "python.unhandled_exception"), None)
     if exc is not None and not possible:
@@ -581,7 +591,7 @@ def triage(
         else []
     )
 
-    next_steps = _next_steps(root_finding, findings, possible)
+    next_steps = _next_steps(root_finding, findings, possible, detected)
 
     diff = None
     if config is not None:
