@@ -28,7 +28,9 @@ _PREFIXES = [
     (
         "ray",
         regex.compile(
-            r"\((?P<actor>[^()\s,=]+(?:\([^()]*\))?)?(?:,?\s*pid=(?P<pid>\d+))?"
+            # "(worker1, rank=1, pid=..., ip=...)": a launcher's worker index, not torch's rank
+            # (that one follows as "[rank13]:"), so it is skipped, not read as the rank
+            r"\((?P<actor>[^()\s,=]+(?:\([^()]*\))?)?(?:,\s*rank=\d+)?(?:,?\s*pid=(?P<pid>\d+))?"
             r"(?:,\s*ip=(?P<ip>[\d.:a-fA-F]+))?(?:,\s*repeated\s+\d+x)?\)\s"
         ),
     ),
