@@ -31,3 +31,30 @@ def test_a_vanished_actor_is_named_with_its_pid_and_node(compiled: CompiledLibra
     assert "pid 1504364 on 172.24.67.40" in text and "worker-*-1504364.err" in text
     assert "kubectl" not in text and "says nothing of why" not in text
     assert "another rank" not in text
+
+
+def test_vllms_placement_group_wait_names_its_gpus_node_and_wait(compiled: CompiledLibrary) -> None:
+    text = _remediation(compiled, "h-vllm-gpustack-5181-pg-4gpu-timeout.log")
+    assert "4.0 GPUs" in text and "172.16.11.65" in text and "1800 s" in text
+    assert "--tensor-parallel-size" in text
+    # a vLLM server has no trainer: the RL step about trainer plus rollout GPUs is not shown
+    assert "trainer" not in text.lower()
+
+
+def test_an_hcas_access_violation_leads_and_points_at_memory_registration(compiled: CompiledLibrary) -> None:
+    sources, _ = collect_sources([str(ADVICE3 / "h-other-nccl-1710-ib-access-violation.log")])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None and a.root_cause.rule_id == "nccl-ib-port-error"
+    assert "node201" in a.root_cause.evidence[0].text
+    assert "NCCL_NET_GDR_LEVEL=0" in a.root_cause.remediation
+    assert "ibstat" not in a.root_cause.remediation.split("if it stays")[0]
+    # the log already has NCCL's INFO lines: no patch asking for them
+    assert not any(p.path == ["NCCL_DEBUG"] for f in a.findings for p in f.patches)
+
+
+def test_vllm_v0s_kv_check_gives_its_numbers_and_the_length_that_fits(compiled: CompiledLibrary) -> None:
+    sources, _ = collect_sources([str(ADVICE3 / "g-vllm-12865-kv-cache-131072.log")])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None
+    assert "58496" in a.root_cause.remediation and "131072" in a.root_cause.remediation
+    assert {p.path[0]: p.value for p in a.root_cause.patches}.get("--max-model-len") == 58496
