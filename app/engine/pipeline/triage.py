@@ -64,6 +64,8 @@ NEXT_STEPS_WAITED = (
     "The ranks that report a timeout were waiting for a peer: collect the logs of all ranks{ray} "
     "and run logtriage on them together; the first failure in time is the one to fix."
 )
+# the RL frameworks run their workers as Ray actors: their logs are in Ray's folders
+RUN_ON_RAY = frozenset({"ray", "verl", "openrlhf", "roll", "slime", "chatlearn"})
 RAY_WORKER_LOGS = " (every Ray worker's `*.err`/`*.out` under /tmp/ray/session_latest/logs)"
 NEXT_STEPS_HARDWARE = "Check the nodes for hardware faults: `dmesg -T | grep -iE 'xid|nvrm|ecc'`."
 
@@ -77,7 +79,7 @@ def _next_steps(
     if root is not None:
         if root.failure_class != WAITED_FOR_A_PEER:
             return []
-        ray = RAY_WORKER_LOGS if "ray" in frameworks else ""
+        ray = RAY_WORKER_LOGS if RUN_ON_RAY & set(frameworks) else ""
         return [NEXT_STEPS_WAITED.format(ray=ray), NEXT_STEPS_HARDWARE]
     steps = [f"To confirm {p.failure_class} ({p.title}): {p.confirm}" for p in possible]
     exc = next((f for f in findings if f.failure_class == "python.unhandled_exception"), None)
