@@ -65,3 +65,19 @@ def test_a_local_nccl_error_gets_no_peer_checklist(compiled: CompiledLibrary, tm
     )
     assert a.root_cause is not None and a.root_cause.failure_class == "nccl.error"
     assert a.next_steps == []
+
+
+def test_no_match_does_not_ask_for_nccl_info_lines_the_log_already_has(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    text = (
+        "node1:100:100 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+        "node1:100:100 [0] NCCL INFO cudaDriverVersion 12020\n"
+        "something odd happened and the job stopped\n"
+    )
+    a = _triage(compiled, tmp_path, text)
+    assert a.root_cause is None
+    assert not any("NCCL_DEBUG=INFO" in s for s in a.next_steps)
+    assert any("already has NCCL's INFO lines" in s for s in a.next_steps)
+    bare = _triage(compiled, tmp_path, "something odd happened and the job stopped\n")
+    assert any("NCCL_DEBUG=INFO" in s for s in bare.next_steps)

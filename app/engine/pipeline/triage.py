@@ -70,8 +70,18 @@ RAY_WORKER_LOGS = " (every Ray worker's `*.err`/`*.out` under /tmp/ray/session_l
 NEXT_STEPS_HARDWARE = "Check the nodes for hardware faults: `dmesg -T | grep -iE 'xid|nvrm|ecc'`."
 
 
+NEXT_STEPS_NCCL_PRESENT = (
+    "The log already has NCCL's INFO lines: read each rank's `NCCL WARN` lines and its last INFO "
+    "lines before the failure (the transport and peer it was using)."
+)
+
+
 def _next_steps(
-    root: Finding | None, findings: list[Finding], possible: list[PossibleCause], frameworks: list[str]
+    root: Finding | None,
+    findings: list[Finding],
+    possible: list[PossibleCause],
+    frameworks: list[str],
+    facts: Mapping[str, Any],
 ) -> list[str]:
     """What to collect next, from what the log shows: a plain exception gets "read that frame",
     not a hardware checklist; a timeout gets "find the rank that failed first" (with Ray's log
@@ -102,10 +112,12 @@ def _next_steps(
             "first failure in time is the one to fix."
         )
         return steps
-    if not any(p.failure_class != "unknown" for p in possible):
-        return steps + list(NEXT_STEPS_UNKNOWN)
-    # with candidates named, only the generic checks that could decide between them
     first, hardware, nccl, versions = NEXT_STEPS_UNKNOWN
+    if "nccl_info_lines" in facts:
+        nccl = NEXT_STEPS_NCCL_PRESENT  # asking for what the log has wastes the user's rerun
+    if not any(p.failure_class != "unknown" for p in possible):
+        return [*steps, first, hardware, nccl, versions]
+    # with candidates named, only the generic checks that could decide between them
     steps.append(first)
     # symptom classes (timeouts, dead actors) are as often a hardware fault elsewhere
     if any(p.kind == "hardware" or p.failure_class in SYMPTOM_CLASSES for p in possible):
@@ -593,7 +605,7 @@ def triage(
         else []
     )
 
-    next_steps = _next_steps(root_finding, findings, possible, detected)
+    next_steps = _next_steps(root_finding, findings, possible, detected, facts)
 
     diff = None
     if config is not None:
