@@ -1,0 +1,59 @@
+"""Steps of real rules on their fixtures: a step shows where the log's facts and framework hold it,
+and another framework's (or a wrong) step does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.engine.pipeline.ingest import collect_sources
+from app.engine.pipeline.library import load_library
+from app.engine.pipeline.scan import CompiledLibrary
+from app.engine.pipeline.triage import TriageOptions, triage
+from tests.conftest import ROOT
+
+RULES = ROOT / "rules"
+
+
+@pytest.fixture(scope="module")
+def compiled() -> CompiledLibrary:
+    return CompiledLibrary(load_library(RULES), engine="regex")
+
+
+def _advice(compiled: CompiledLibrary, fixture: str) -> tuple[str, str]:
+    sources, _ = collect_sources([str(RULES / fixture)])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None, fixture
+    patches = " ".join(str(p) for p in a.root_cause.patches)
+    return a.root_cause.rule_id, a.root_cause.remediation + "\n" + patches
+
+
+def test_heads_tp_on_sglang_names_sglang_flag_and_the_sizes(compiled: CompiledLibrary) -> None:
+    rule, text = _advice(compiled, "config/megatron-heads-not-divisible-by-tp.match-sglang.log")
+    assert rule == "megatron-heads-not-divisible-by-tp"
+    assert "use 4 or 2" in text
+    assert "(8 also divides 16" in text
+    assert "`--tp-size 4`" in text
+    assert "num_query_groups" not in text, "Megatron's key shown to an SGLang server"
+    assert "batch" not in text, "trainer batch advice shown to an inference server"
+    assert "--tensor-parallel-size" not in text
+
+
+def test_heads_tp_on_kv_heads_gives_the_divisors_only(compiled: CompiledLibrary) -> None:
+    _, text = _advice(compiled, "config/megatron-heads-not-divisible-by-tp.match-kv-heads.log")
+    assert "use 2 or 1" in text
+    assert "also divides" not in text, "no size above 4 divides 2"
+    assert "num_query_groups" not in text and "--tp-size" not in text and "batch" not in text
+
+
+def test_heads_tp_numbers_step_needs_a_head_count(compiled: CompiledLibrary) -> None:
+    # ColossalAI's divide(all_head_size, attention_head_size): the divisor is not a TP size
+    _, text = _advice(compiled, "config/megatron-heads-not-divisible-by-tp.match-divide.log")
+    assert "The check split" not in text
+
+
+def test_heads_tp_on_megatron_keeps_its_wording(compiled: CompiledLibrary) -> None:
+    _, text = _advice(compiled, "config/megatron-heads-not-divisible-by-tp.match.log")
+    assert "use 4 or 2" in text
+    assert "`num_query_groups`" in text
