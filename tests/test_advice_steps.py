@@ -57,3 +57,25 @@ def test_heads_tp_on_megatron_keeps_its_wording(compiled: CompiledLibrary) -> No
     _, text = _advice(compiled, "config/megatron-heads-not-divisible-by-tp.match.log")
     assert "use 4 or 2" in text
     assert "`num_query_groups`" in text
+
+
+def test_disk_full_outside_hf_trainer_gets_no_save_total_limit(compiled: CompiledLibrary) -> None:
+    rule, text = _advice(compiled, "host/host-disk-full.match-torch-save.log")
+    assert rule == "host-disk-full"
+    assert "rotate or delete old checkpoints" in text
+    assert "save_total_limit" not in text, "HF Trainer's key shown to a job that is not HF Trainer"
+
+
+def test_disk_full_under_hf_trainer_names_save_total_limit(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(
+        '  File "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py", line 2385, in _save_checkpoint\n'
+        "    self.save_model(output_dir, _internal_call=True)\n"
+        '  File "/opt/conda/lib/python3.10/site-packages/torch/serialization.py", line 628, in save\n'
+        "    _save(obj, opened_zipfile, pickle_module, pickle_protocol, _disable_byteorder_record)\n"
+        "OSError: [Errno 28] No space left on device\n"
+    )
+    sources, _ = collect_sources([str(log)])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None and a.root_cause.rule_id == "host-disk-full"
+    assert "`save_total_limit`" in a.root_cause.remediation
