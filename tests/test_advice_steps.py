@@ -79,3 +79,18 @@ def test_disk_full_under_hf_trainer_names_save_total_limit(compiled: CompiledLib
     a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
     assert a.root_cause is not None and a.root_cause.rule_id == "host-disk-full"
     assert "`save_total_limit`" in a.root_cause.remediation
+
+
+def test_driver_too_old_names_the_wheel_tag_of_the_drivers_cuda(compiled: CompiledLibrary) -> None:
+    rule, text = _advice(compiled, "cuda/cuda-driver-too-old.match-colab-101.log")
+    assert rule == "cuda-driver-too-old"
+    assert "CUDA 10.1" in text and "+cu101" in text and "torch_stable.html" in text
+    assert "cu124" not in text and "--index-url" not in text
+    assert "hosted notebook" in text
+
+
+def test_driver_too_old_new_driver_uses_the_index_url(compiled: CompiledLibrary) -> None:
+    _, text = _advice(compiled, "cuda/cuda-driver-too-old.match.log")
+    assert "CUDA 12.8" in text and "whl/cu128" in text
+    assert "hosted notebook" not in text, "no notebook in this log"
+    assert "cu124" not in text
