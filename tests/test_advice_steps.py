@@ -94,3 +94,17 @@ def test_driver_too_old_new_driver_uses_the_index_url(compiled: CompiledLibrary)
     assert "CUDA 12.8" in text and "whl/cu128" in text
     assert "hosted notebook" not in text, "no notebook in this log"
     assert "cu124" not in text
+
+
+def test_address_in_use_under_accelerate_names_its_port_flag(compiled: CompiledLibrary) -> None:
+    rule, text = _advice(compiled, "dist/dist-address-in-use.match-accelerate.log")
+    assert rule == "dist-address-in-use"
+    assert "--main_process_port" in text
+    assert "--master_port" not in text and "--standalone" not in text
+    assert "ss -ltnp" in text
+
+
+def test_address_in_use_without_accelerate_keeps_torchrun_advice(compiled: CompiledLibrary) -> None:
+    _, text = _advice(compiled, "dist/dist-address-in-use.match-tcpstore-1x.log")
+    assert "--master_port" in text
+    assert "--main_process_port" not in text
