@@ -108,3 +108,23 @@ def test_address_in_use_without_accelerate_keeps_torchrun_advice(compiled: Compi
     _, text = _advice(compiled, "dist/dist-address-in-use.match-tcpstore-1x.log")
     assert "--master_port" in text
     assert "--main_process_port" not in text
+
+
+def test_duplicate_rank_blames_the_rank_mapping_not_the_network(compiled: CompiledLibrary) -> None:
+    rule, text = _advice(compiled, "nccl/nccl-duplicate-rank.match.log")
+    assert rule == "nccl-duplicate-rank"
+    assert "Rank 1 of 8 was claimed twice" in text
+    assert "--node_rank" not in text, "no torchrun in this log"
+    assert "NCCL_SOCKET_IFNAME=" not in text
+
+
+def test_duplicate_rank_under_lightning_names_its_trainer_arguments(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(
+        '  File "/opt/conda/lib/python3.9/site-packages/pytorch_lightning/trainer/trainer.py", line 650, in fit\n'
+        "hpc-25-14:18569:18835 [0] bootstrap.cc:131 NCCL WARN Bootstrap Root : rank 1 of 8 ranks has already checked in\n"
+    )
+    sources, _ = collect_sources([str(log)])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None and a.root_cause.rule_id == "nccl-duplicate-rank"
+    assert "num_nodes" in a.root_cause.remediation and "--ntasks-per-node" in a.root_cause.remediation
