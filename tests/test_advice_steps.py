@@ -128,3 +128,18 @@ def test_duplicate_rank_under_lightning_names_its_trainer_arguments(compiled: Co
     a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
     assert a.root_cause is not None and a.root_cause.rule_id == "nccl-duplicate-rank"
     assert "num_nodes" in a.root_cause.remediation and "--ntasks-per-node" in a.root_cause.remediation
+
+
+def test_settling_loss_scale_is_called_normal_and_is_no_root_cause(compiled: CompiledLibrary) -> None:
+    sources, _ = collect_sources([str(RULES / "numerics/fp16-loss-scale-settling.match.log")])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is None, "a settling loss scale is not a failure"
+    finding = next(f for f in a.findings if f.rule_id == "fp16-loss-scale-settling")
+    assert "Nothing to fix" in finding.remediation and "from 8192 to 4096" in finding.remediation
+    assert "learning rate" not in finding.remediation
+    assert not any("hardware faults" in s for s in a.next_steps), "no hardware checklist for a benign log"
+
+
+def test_collapsing_loss_scale_is_still_a_failure(compiled: CompiledLibrary) -> None:
+    rule, _ = _advice(compiled, "numerics/fp16-loss-scale-collapse.match.log")
+    assert rule == "fp16-loss-scale-collapse"
