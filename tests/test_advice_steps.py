@@ -118,7 +118,9 @@ def test_duplicate_rank_blames_the_rank_mapping_not_the_network(compiled: Compil
     assert "NCCL_SOCKET_IFNAME=" not in text
 
 
-def test_duplicate_rank_under_lightning_names_its_trainer_arguments(compiled: CompiledLibrary, tmp_path: Path) -> None:
+def test_duplicate_rank_under_lightning_names_its_trainer_arguments(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
     log = tmp_path / "job.log"
     log.write_text(
         '  File "/opt/conda/lib/python3.9/site-packages/pytorch_lightning/trainer/trainer.py", line 650, in fit\n'
