@@ -57,6 +57,7 @@ def test_heads_tp_on_megatron_keeps_its_wording(compiled: CompiledLibrary) -> No
     _, text = _advice(compiled, "config/megatron-heads-not-divisible-by-tp.match.log")
     assert "use 4 or 2" in text
     assert "`num_query_groups`" in text
+    assert "--tp-size" not in text, "SGLang's flag shown for a Megatron trainer's check"
 
 
 def test_disk_full_outside_hf_trainer_gets_no_save_total_limit(compiled: CompiledLibrary) -> None:
