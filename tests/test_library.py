@@ -227,3 +227,17 @@ def test_a_computed_fact_is_checked_at_load(tmp_path: Path, fact: str, message: 
     facts.write_text(facts.read_text(encoding="utf-8") + fact, encoding="utf-8")
     with pytest.raises(RuleError, match=message):
         load_library(root)
+
+
+def test_a_key_defined_twice_is_refused_not_silently_overridden(tmp_path: Path) -> None:
+    # two merged edits each adding the same fact: YAML would keep the second without a word
+    rules = make_rules_dir(tmp_path, {})
+    facts = rules / "facts.yaml"
+    text = facts.read_text()
+    facts.write_text(
+        text.rstrip("\n")
+        + "\n  twice_seen:\n    type: str\n    patterns: ['(?P<value>twice one)']\n"
+        + "  twice_seen:\n    type: str\n    patterns: ['(?P<value>twice two)']\n"
+    )
+    with pytest.raises(RuleError, match="duplicate key 'twice_seen'"):
+        load_library(rules)

@@ -412,13 +412,34 @@ def default_rules_dir() -> Path:
     raise RuleError("cannot find the rule library (rules/library.yaml); pass --rules DIR")
 
 
+def _strict_loader() -> Any:
+    """libyaml's loader, refusing a mapping that repeats a key: YAML keeps the last one silently,
+    so a fact or rule field defined twice (two edits merged) would lose the first without a word."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Strict(base):  # type: ignore[misc,valid-type]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return Strict
+
+
 def _read_yaml(path: Path) -> Any:
     import yaml  # here: a run that finds the validated library in its cache never parses YAML
 
     try:
         # libyaml's C loader is ~10x faster than the pure-Python one: start-up time is a target.
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_strict_loader())
     except (OSError, yaml.YAMLError) as exc:
         raise RuleError(f"cannot parse YAML: {exc}", file=str(path)) from None
 
