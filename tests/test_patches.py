@@ -398,3 +398,67 @@ def test_an_out_of_range_value_is_an_expression_error_not_a_crash() -> None:
     with pytest.raises(ExprError, match="out of range"):
         evaluate("a / b * 100", Scope(facts={"a": huge, "b": 3}))
     assert evaluate("a // b", Scope(facts={"a": huge, "b": huge})) == 1  # exact integers stay exact
+
+
+ADVICE3 = ROOT / "tests" / "corpus" / "advice3"
+TRAINER_KNOBS = ("activation recomputation", "smaller micro batch", "per micro batch", "optimizer-state offload")
+
+
+def test_an_inference_engine_oom_gets_the_engines_levers_not_a_trainers(compiled: CompiledLibrary) -> None:
+    # vLLM's multiprocessing worker (Aria#24): fragmentation, then the engine's own limits
+    aria = _analysed(compiled, ADVICE3 / "g-aria-24-vllm-worker-oom-fragmented.log")
+    assert aria.root_cause is not None
+    text = aria.root_cause.remediation
+    assert "inference engine's forward (`VllmWorkerProcess`)" in text
+    assert "`--max-num-seqs`" in text and "fragmentation, which expandable segments" in text
+    assert "in a training step, fewer tokens" not in text
+    assert _patched(aria).get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
+    # vLLM's Ray worker (DeepSeek-V3#205): detected as vLLM from its prefix; the weights fill the GPU
+    ray = _analysed(compiled, ADVICE3 / "g-deepseekv3-205-vllm-ray-4090-sampler-oom.log")
+    assert ray.root_cause is not None and ray.framework is not None and ray.framework.name == "vllm"
+    text = ray.root_cause.remediation
+    assert "(`RayWorkerWrapper`)" in text and "already hold 22.8 GiB of the GPU's 23.6 GiB" in text
+    assert "`--max-num-seqs`" in text
+    assert not any(k in text for k in TRAINER_KNOBS), text
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in _patched(ray)
+    # torchchat's generation (torchchat#1341): framework-neutral engine advice, no vLLM flags
+    chat = _analysed(compiled, ADVICE3 / "g-torchchat-1341-llama32-11b-4090-oom.log")
+    assert chat.root_cause is not None
+    text = chat.root_cause.remediation
+    assert "(`torchchat`)" in text and "quantized weights" in text
+    assert not any(k in text for k in TRAINER_KNOBS), text
+    assert "--max-num-seqs" not in text and "--mem-fraction-static" not in text
+
+
+def test_a_training_oom_keeps_the_trainer_advice(compiled: CompiledLibrary) -> None:
+    # verl's actor backward (rllm#93): fragmentation, then the training-step fallback
+    a = _analysed(compiled, ADVICE / "a-verl-rllm93-actor-backward-fragmented.log")
+    assert a.root_cause is not None
+    text = a.root_cause.remediation
+    assert "in a training step, fewer tokens or sequences per micro batch" in text
+    assert "inference engine" not in text
+
+
+def test_a_raw_cuda_oom_gets_no_allocator_patch(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    # NeMo-RL#2702: torch.AcceleratorError in the policy worker's setup(), no allocator numbers
+    a = _analysed(compiled, ADVICE3 / "g-nemorl-2702-megatron-conversion-oom.log")
+    assert a.root_cause is not None
+    text = a.root_cause.remediation
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in _patched(a)
+    assert "It failed during start-up (`setup` in the traceback)" in text and "nvidia-smi" in text
+    assert not any(k in text for k in TRAINER_KNOBS), text
+    assert "reserved by PyTorch but unallocated" not in text
+    # inside a training step: the step's peak
+    step = _analysed(compiled, ROOT / "rules" / "cuda" / "cuda-out-of-memory.match-raw-step.log")
+    assert step.root_cause is not None
+    assert "It failed inside a training step (`train_step`" in step.root_cause.remediation
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in _patched(step)
+    # the allocator's tail without its numbers (a cut message) keeps the patch
+    cut = tmp_path / "cut.log"
+    cut.write_text(
+        "If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+    )
+    tail = _analysed(compiled, cut)
+    assert tail.root_cause is not None
+    assert _patched(tail).get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
