@@ -462,3 +462,20 @@ def test_a_raw_cuda_oom_gets_no_allocator_patch(compiled: CompiledLibrary, tmp_p
     tail = _analysed(compiled, cut)
     assert tail.root_cause is not None
     assert _patched(tail).get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
+
+
+def test_a_wake_up_oom_names_ms_swift_flags_only_for_ms_swift(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    # ms-swift#7324: 32B over TP 4 at 0.3: the fraction barely holds the weights, lowering it is no fix
+    a = _analysed(compiled, ROOT / "rules" / "vllm" / "vllm-sleep-wakeup-oom.match-msswift.log")
+    assert a.root_cause is not None and a.root_cause.rule_id == "vllm-sleep-wakeup-oom"
+    text = a.root_cause.remediation
+    assert "`--sleep_level 1`" in text and "`--offload_model true --offload_optimizer true`" in text
+    assert "Do not lower the engine's memory fraction (0.3)" in text and "16.0 GB per GPU" in text
+    assert "Lower the engine's memory fraction" not in text
+    # the same error with no ms-swift and no model size: the fraction step, no ms-swift flags
+    bare = tmp_path / "wake.log"
+    bare.write_text("RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62\n")
+    b = _analysed(compiled, bare)
+    assert b.root_cause is not None
+    assert "Lower the engine's memory fraction" in b.root_cause.remediation
+    assert "--sleep_level" not in b.root_cause.remediation
