@@ -401,7 +401,12 @@ def test_an_out_of_range_value_is_an_expression_error_not_a_crash() -> None:
 
 
 ADVICE3 = ROOT / "tests" / "corpus" / "advice3"
-TRAINER_KNOBS = ("activation recomputation", "smaller micro batch", "per micro batch", "optimizer-state offload")
+TRAINER_KNOBS = (
+    "activation recomputation",
+    "smaller micro batch",
+    "per micro batch",
+    "optimizer-state offload",
+)
 
 
 def test_an_inference_engine_oom_gets_the_engines_levers_not_a_trainers(compiled: CompiledLibrary) -> None:
@@ -464,7 +469,9 @@ def test_a_raw_cuda_oom_gets_no_allocator_patch(compiled: CompiledLibrary, tmp_p
     assert _patched(tail).get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
 
 
-def test_a_wake_up_oom_names_ms_swift_flags_only_for_ms_swift(compiled: CompiledLibrary, tmp_path: Path) -> None:
+def test_a_wake_up_oom_names_ms_swift_flags_only_for_ms_swift(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
     # ms-swift#7324: 32B over TP 4 at 0.3: the fraction barely holds the weights, lowering it is no fix
     a = _analysed(compiled, ROOT / "rules" / "vllm" / "vllm-sleep-wakeup-oom.match-msswift.log")
     assert a.root_cause is not None and a.root_cause.rule_id == "vllm-sleep-wakeup-oom"
