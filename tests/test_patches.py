@@ -486,3 +486,31 @@ def test_a_wake_up_oom_names_ms_swift_flags_only_for_ms_swift(
     assert b.root_cause is not None
     assert "Lower the engine's memory fraction" in b.root_cause.remediation
     assert "--sleep_level" not in b.root_cause.remediation
+
+
+def test_generation_inside_a_trainer_is_not_an_inference_engine(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    frames = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/site-packages/trl/trainer/grpo_trainer.py", line 812, in '
+        "_generate_and_score_completions\n"
+        '  File "/usr/lib/python3.11/site-packages/transformers/generation/utils.py", line 2215, in generate\n'
+    )
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of "
+        "79.11 GiB of which 30.00 MiB is free. Including non-PyTorch memory, this process has 79.00 GiB memory in "
+        "use. Of the allocated memory 78.10 GiB is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but "
+        "unallocated.\n"
+    )
+    log = tmp_path / "grpo.log"
+    log.write_text(frames + oom)
+    a = _analysed(compiled, log)
+    assert a.root_cause is not None
+    assert "inference engine" not in a.root_cause.remediation
+    assert "optimizer-state offload" in a.root_cause.remediation
+    # the same frames without the trainer: HF generate alone is an inference forward
+    log.write_text(frames.replace("trl/trainer/grpo_trainer.py", "app/serve.py") + oom)
+    b = _analysed(compiled, log)
+    assert b.root_cause is not None
+    assert "inference engine's forward (`generate`)" in b.root_cause.remediation
