@@ -398,3 +398,119 @@ def test_an_out_of_range_value_is_an_expression_error_not_a_crash() -> None:
     with pytest.raises(ExprError, match="out of range"):
         evaluate("a / b * 100", Scope(facts={"a": huge, "b": 3}))
     assert evaluate("a // b", Scope(facts={"a": huge, "b": huge})) == 1  # exact integers stay exact
+
+
+ADVICE3 = ROOT / "tests" / "corpus" / "advice3"
+TRAINER_KNOBS = (
+    "activation recomputation",
+    "smaller micro batch",
+    "per micro batch",
+    "optimizer-state offload",
+)
+
+
+def test_an_inference_engine_oom_gets_the_engines_levers_not_a_trainers(compiled: CompiledLibrary) -> None:
+    # vLLM's multiprocessing worker (Aria#24): fragmentation, then the engine's own limits
+    aria = _analysed(compiled, ADVICE3 / "g-aria-24-vllm-worker-oom-fragmented.log")
+    assert aria.root_cause is not None
+    text = aria.root_cause.remediation
+    assert "inference engine's forward (`VllmWorkerProcess`)" in text
+    assert "`--max-num-seqs`" in text and "fragmentation, which expandable segments" in text
+    assert "in a training step, fewer tokens" not in text
+    assert _patched(aria).get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
+    # vLLM's Ray worker (DeepSeek-V3#205): detected as vLLM from its prefix; the weights fill the GPU
+    ray = _analysed(compiled, ADVICE3 / "g-deepseekv3-205-vllm-ray-4090-sampler-oom.log")
+    assert ray.root_cause is not None and ray.framework is not None and ray.framework.name == "vllm"
+    text = ray.root_cause.remediation
+    assert "(`RayWorkerWrapper`)" in text and "already hold 22.8 GiB of the GPU's 23.6 GiB" in text
+    assert "`--max-num-seqs`" in text
+    assert not any(k in text for k in TRAINER_KNOBS), text
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in _patched(ray)
+    # torchchat's generation (torchchat#1341): framework-neutral engine advice, no vLLM flags
+    chat = _analysed(compiled, ADVICE3 / "g-torchchat-1341-llama32-11b-4090-oom.log")
+    assert chat.root_cause is not None
+    text = chat.root_cause.remediation
+    assert "(`torchchat`)" in text and "quantized weights" in text
+    assert not any(k in text for k in TRAINER_KNOBS), text
+    assert "--max-num-seqs" not in text and "--mem-fraction-static" not in text
+
+
+def test_a_training_oom_keeps_the_trainer_advice(compiled: CompiledLibrary) -> None:
+    # verl's actor backward (rllm#93): fragmentation, then the training-step fallback
+    a = _analysed(compiled, ADVICE / "a-verl-rllm93-actor-backward-fragmented.log")
+    assert a.root_cause is not None
+    text = a.root_cause.remediation
+    assert "in a training step, fewer tokens or sequences per micro batch" in text
+    assert "inference engine" not in text
+
+
+def test_a_raw_cuda_oom_gets_no_allocator_patch(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    # NeMo-RL#2702: torch.AcceleratorError in the policy worker's setup(), no allocator numbers
+    a = _analysed(compiled, ADVICE3 / "g-nemorl-2702-megatron-conversion-oom.log")
+    assert a.root_cause is not None
+    text = a.root_cause.remediation
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in _patched(a)
+    assert "It failed during start-up (`setup` in the traceback)" in text and "nvidia-smi" in text
+    assert not any(k in text for k in TRAINER_KNOBS), text
+    assert "reserved by PyTorch but unallocated" not in text
+    # inside a training step: the step's peak
+    step = _analysed(compiled, ROOT / "rules" / "cuda" / "cuda-out-of-memory.match-raw-step.log")
+    assert step.root_cause is not None
+    assert "It failed inside a training step (`train_step`" in step.root_cause.remediation
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in _patched(step)
+    # the allocator's tail without its numbers (a cut message) keeps the patch
+    cut = tmp_path / "cut.log"
+    cut.write_text(
+        "If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+    )
+    tail = _analysed(compiled, cut)
+    assert tail.root_cause is not None
+    assert _patched(tail).get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
+
+
+def test_a_wake_up_oom_names_ms_swift_flags_only_for_ms_swift(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    # ms-swift#7324: 32B over TP 4 at 0.3: the fraction barely holds the weights, lowering it is no fix
+    a = _analysed(compiled, ROOT / "rules" / "vllm" / "vllm-sleep-wakeup-oom.match-msswift.log")
+    assert a.root_cause is not None and a.root_cause.rule_id == "vllm-sleep-wakeup-oom"
+    text = a.root_cause.remediation
+    assert "`--sleep_level 1`" in text and "`--offload_model true --offload_optimizer true`" in text
+    assert "Do not lower the engine's memory fraction (0.3)" in text and "16.0 GB per GPU" in text
+    assert "Lower the engine's memory fraction" not in text
+    # the same error with no ms-swift and no model size: the fraction step, no ms-swift flags
+    bare = tmp_path / "wake.log"
+    bare.write_text("RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62\n")
+    b = _analysed(compiled, bare)
+    assert b.root_cause is not None
+    assert "Lower the engine's memory fraction" in b.root_cause.remediation
+    assert "--sleep_level" not in b.root_cause.remediation
+
+
+def test_generation_inside_a_trainer_is_not_an_inference_engine(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    frames = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.11/site-packages/trl/trainer/grpo_trainer.py", line 812, in '
+        "_generate_and_score_completions\n"
+        '  File "/usr/lib/python3.11/site-packages/transformers/generation/utils.py", line 2215, in generate\n'
+    )
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of "
+        "79.11 GiB of which 30.00 MiB is free. Including non-PyTorch memory, this process has 79.00 GiB memory in "
+        "use. Of the allocated memory 78.10 GiB is allocated by PyTorch, and 200.00 MiB is reserved by PyTorch but "
+        "unallocated.\n"
+    )
+    log = tmp_path / "grpo.log"
+    log.write_text(frames + oom)
+    a = _analysed(compiled, log)
+    assert a.root_cause is not None
+    assert "inference engine" not in a.root_cause.remediation
+    assert "optimizer-state offload" in a.root_cause.remediation
+    # the same frames without the trainer: HF generate alone is an inference forward
+    log.write_text(frames.replace("trl/trainer/grpo_trainer.py", "app/serve.py") + oom)
+    b = _analysed(compiled, log)
+    assert b.root_cause is not None
+    assert "inference engine's forward (`generate`)" in b.root_cause.remediation
