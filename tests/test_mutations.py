@@ -24,6 +24,12 @@ EXEMPT = {
     ("fp16-steps-skipped.match-megatron.log", "wrapped"): "layout",
     # three iteration lines in a row decide it; the finding's evidence is the third
     ("fp16-steps-skipped.match-megatron.log", "start"): "needs the lines before its evidence",
+    # a timeline verdict: the launcher's table (its "Root Cause" header above the evidence row) and
+    # another rank's watchdog timeout (below it) decide it, and the timeline reads the timeout's
+    # collective from the watchdog's own line, which a 64-column wrap splits
+    ("torchrun-rank-failed-first.match.log", "start"): "needs the table's header above its evidence",
+    ("torchrun-rank-failed-first.match.log", "end"): "needs the other ranks' timeouts below its evidence",
+    ("torchrun-rank-failed-first.match.log", "wrapped"): "the timeline reads a collective from one line",
 }
 
 

@@ -661,10 +661,14 @@ def _site_phase(cs: CallSite) -> str | None:
     return phase_of(f"{u.func.replace('_', ' ')} {u.code}")
 
 
-_TORCHRUN_ROOT = re.compile(r"^Root Cause \(first observed failure\):")
-_TORCHRUN_OTHERS = re.compile(r"^Failures:\s*$")
-_TR_ENTRY = re.compile(r"^\[\d+\]:\s*$")
-_TR_FIELD = re.compile(r"^\s+(?P<k>time|host|rank|exitcode|traceback)\s*:\s*(?P<v>.*)$")
+# torchrun's table as the launcher prints it, also behind a prefix on every line (a Ray or
+# torchrun tag, a container runtime's timestamp, a glog header): searched, not anchored
+# (torchrun's own --tee tag has no space after it: "[default1]:[0]:")
+_TORCHRUN_ROOT = re.compile(r"(?<![^\s:\]])Root Cause \(first observed failure\):")
+_TORCHRUN_OTHERS = re.compile(r"(?<![^\s:\]])Failures:\s*$")
+_TR_ENTRY = re.compile(r"(?<![^\s:\]])\[\d+\]:\s*$")
+_TR_FIELD = re.compile(r"(?<![^\s:\]])(?P<k>time|host|rank|exitcode|traceback)\s*: (?P<v>.*)$")
+_TR_END = re.compile(r"(?<![^\s:\]])={20,}\s*$")
 SIGTERM_EXIT = -15
 
 
@@ -704,18 +708,21 @@ def launcher_exits(scans: Sequence[Any]) -> dict[int, LauncherExit]:
         section: str | None = None
         headed = False
         for lineno, text in scan.tail:
-            if _TORCHRUN_OTHERS.match(text) or _TORCHRUN_ROOT.match(text):
-                section = "root" if text.startswith("Root") else "others"
+            # the substring tests keep the searches off the many lines that cannot be table rows
+            if ("Failures:" in text and _TORCHRUN_OTHERS.search(text)) or (
+                "Root Cause" in text and _TORCHRUN_ROOT.search(text)
+            ):
+                section = "root" if "Root Cause" in text else "others"
                 headed = True
-            elif section is None and not headed and _TR_ENTRY.match(text):
+            elif section is None and not headed and "]:" in text and _TR_ENTRY.search(text):
                 # an excerpt that starts inside the table's "Failures:" part (its header cut off)
                 section = "others"
                 entries.append((scan.name, section, lineno, {}))
-            elif section is not None and _TR_ENTRY.match(text):
+            elif section is not None and "]:" in text and _TR_ENTRY.search(text):
                 entries.append((scan.name, section, lineno, {}))
-            elif section is not None and text.startswith("====="):
+            elif section is not None and "=====" in text and _TR_END.search(text):
                 section = None
-            elif section is not None and entries and (m := _TR_FIELD.match(text)):
+            elif section is not None and entries and " : " in text and (m := _TR_FIELD.search(text)):
                 entries[-1][3].setdefault(m.group("k"), m.group("v").strip())
                 if m.group("k") == "exitcode":
                     code_rows.setdefault(len(entries) - 1, (lineno, text))
