@@ -29,7 +29,8 @@ def test_an_actor_killed_at_its_pods_memory_limit_is_sent_to_the_pod(compiled: C
 def test_a_vanished_actor_is_named_with_its_pid_and_node(compiled: CompiledLibrary) -> None:
     text = _remediation(compiled, "g-oneshotrlvr-14-workerdict-died.log")
     assert "pid 1504364 on 172.24.67.40" in text and "worker-*-1504364.err" in text
-    assert "kubectl" not in text and "says nothing of why" not in text
+    # Ray named no pod limit here: the pod step is not the lead, the container note is a clause
+    assert "exceeded its Kubernetes pod's memory limit" not in text and "says nothing of why" not in text
     assert "another rank" not in text
 
 
@@ -58,3 +59,40 @@ def test_vllm_v0s_kv_check_gives_its_numbers_and_the_length_that_fits(compiled: 
     assert a.root_cause is not None
     assert "58496" in a.root_cause.remediation and "131072" in a.root_cause.remediation
     assert {p.path[0]: p.value for p in a.root_cause.patches}.get("--max-model-len") == 58496
+
+
+ADVICE4 = Path("tests/corpus/advice4")
+
+
+def test_a_save_on_one_rank_only_is_named_over_the_timeout_it_caused(compiled: CompiledLibrary) -> None:
+    sources, _ = collect_sources([str(ADVICE4 / "j-moss-275-save-rank0-only-nccl-timeout.log")])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None and a.root_cause.rule_id == "deepspeed-save-checkpoint-not-on-every-rank"
+    assert "on every rank" in a.root_cause.remediation
+    assert any(f.failure_class == "nccl.collective_timeout" and f.role == "symptom" for f in a.findings)
+
+
+def test_a_fake_tensor_compile_error_gets_its_own_step_not_the_cache(compiled: CompiledLibrary) -> None:
+    sources, _ = collect_sources(
+        [str(ADVICE4 / "k-other-modernbert-198-inductor-faketensor-dataparallel.log")]
+    )
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None and a.root_cause.rule_id == "torch-compile-backend-failed"
+    text = a.root_cause.remediation
+    assert "FakeTensors" in text and "DataParallel" in text
+    assert "TORCHINDUCTOR_CACHE_DIR" not in text
+
+
+def test_an_early_collective_across_nodes_names_the_network_too(compiled: CompiledLibrary) -> None:
+    sources, _ = collect_sources([str(ADVICE4 / "j-sglang-3606-two-node-first-allreduce-timeout.log")])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None
+    assert "NCCL_SOCKET_IFNAME" in a.root_cause.remediation and "never reached it" in a.root_cause.remediation
+
+
+def test_deepspeeds_overlap_comm_only_for_deepspeed_jobs(compiled: CompiledLibrary) -> None:
+    sources, _ = collect_sources([str(ADVICE4 / "i-other-glm4-174-grad-norm-nan.log")])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None
+    assert "overlap_comm" not in a.root_cause.remediation
+    assert "climbed over the steps before the NaN" in a.root_cause.remediation
