@@ -96,3 +96,12 @@ def test_deepspeeds_overlap_comm_only_for_deepspeed_jobs(compiled: CompiledLibra
     assert a.root_cause is not None
     assert "overlap_comm" not in a.root_cause.remediation
     assert "climbed over the steps before the NaN" in a.root_cause.remediation
+
+
+def test_nccl_transport_settings_the_job_sets_are_named(compiled: CompiledLibrary) -> None:
+    sources, _ = collect_sources([str(ADVICE4 / "j-instructglm-3-nccl-timeout-env-overrides.log")])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None
+    text = a.root_cause.remediation
+    assert "NCCL_P2P_DISABLE=1" in text and "NCCL_SOCKET_IFNAME=eth1" in text and "defaults" in text
+    assert "(300 minutes)" in text
