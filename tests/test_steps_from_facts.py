@@ -105,3 +105,14 @@ def test_nccl_transport_settings_the_job_sets_are_named(compiled: CompiledLibrar
     text = a.root_cause.remediation
     assert "NCCL_P2P_DISABLE=1" in text and "NCCL_SOCKET_IFNAME=eth1" in text and "defaults" in text
     assert "(300 minutes)" in text
+
+
+def test_a_client_that_never_reached_the_store_gets_the_endpoint_not_a_head_count(
+    compiled: CompiledLibrary,
+) -> None:
+    sources, _ = collect_sources([str(ADVICE4 / "j-pytorch-107021-c10d-rdzv-connect-timeout.log")])
+    a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1))
+    assert a.root_cause is not None and a.root_cause.rule_id == "dist-rendezvous-timeout"
+    text = a.root_cause.remediation
+    assert "nc -zv 192.0.0.1 1234" in text
+    assert "Count the ranks that started" not in text
