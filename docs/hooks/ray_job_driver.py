@@ -29,9 +29,7 @@ def main() -> int:
     from ray.job_submission import JobStatus, JobSubmissionClient  # pip install "ray[default]"
 
     client = JobSubmissionClient(args.address)
-    job_id = client.submit_job(
-        entrypoint=" ".join(entrypoint), runtime_env={"working_dir": args.working_dir}
-    )
+    job_id = client.submit_job(entrypoint=" ".join(entrypoint), runtime_env={"working_dir": args.working_dir})
     print(f"submitted Ray job {job_id}", flush=True)
     terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
     while (status := client.get_job_status(job_id)) not in terminal:
@@ -46,11 +44,17 @@ def main() -> int:
     # `logtriage submit` never fails and reads LOGTRIAGE_URL / LOGTRIAGE_TOKEN from the environment
     subprocess.run(
         [
-            "logtriage", "submit", str(log),
-            "--job-id", job_id,
-            "--exit-code", "1",
-            "--label", f"ray_status={status.value}",
-            "--label", f"ray_message={(info.message or '')[:200]}",
+            "logtriage",
+            "submit",
+            str(log),
+            "--job-id",
+            job_id,
+            "--exit-code",
+            "1",
+            "--label",
+            f"ray_status={status.value}",
+            "--label",
+            f"ray_message={(info.message or '')[:200]}",
         ],
         check=False,
         timeout=600,

@@ -21,16 +21,21 @@ body { font: 15px/1.46 -apple-system, 'Segoe UI', 'Helvetica Neue', Arial, sans-
        background: #fff; color: #1d1c1d; max-width: 760px; }
 .msg { display: flex; padding: 12px 20px; }
 .avatar { width: 36px; height: 36px; border-radius: 6px; background: #1f2937; color: #fff;
-          font-weight: 700; display: flex; align-items: center; justify-content: center; margin-right: 10px; flex: none; }
-.name { font-weight: 900; } .app { font-size: 10px; background: #ddd; border-radius: 2px; padding: 1px 3px; margin: 0 4px; }
+          font-weight: 700; display: flex; align-items: center; justify-content: center;
+          margin-right: 10px; flex: none; }
+.name { font-weight: 900; }
+.app { font-size: 10px; background: #ddd; border-radius: 2px; padding: 1px 3px; margin: 0 4px; }
 .time { color: #616061; font-size: 12px; }
 h3 { font-size: 18px; margin: 6px 0; } .section { margin: 6px 0; white-space: pre-wrap; }
 pre { background: #f8f8f8; border: 1px solid #ddd; border-radius: 4px; padding: 8px; margin: 4px 0;
       font: 12px/1.5 Monaco, Menlo, Consolas, monospace; white-space: pre-wrap; }
-code { background: #f4f4f4; border: 1px solid #e0e0e0; border-radius: 3px; color: #c01343; font: 12px Monaco, Menlo, monospace; padding: 0 2px; }
+code { background: #f4f4f4; border: 1px solid #e0e0e0; border-radius: 3px; color: #c01343;
+       font: 12px Monaco, Menlo, monospace; padding: 0 2px; }
 .context { color: #616061; font-size: 12px; margin: 6px 0; } a { color: #1264a3; text-decoration: none; }
-.button { display: inline-block; border: 1px solid #bbb; border-radius: 4px; padding: 3px 12px; margin: 6px 6px 0 0; font-weight: 700; font-size: 13px; }
-.primary { background: #007a5a; color: #fff; border-color: #007a5a; } .danger { color: #e01e5a; border-color: #e01e5a; }
+.button { display: inline-block; border: 1px solid #bbb; border-radius: 4px; padding: 3px 12px;
+          margin: 6px 6px 0 0; font-weight: 700; font-size: 13px; }
+.primary { background: #007a5a; color: #fff; border-color: #007a5a; }
+.danger { color: #e01e5a; border-color: #e01e5a; }
 .thread { color: #616061; font-size: 12px; padding: 0 20px 12px 66px; }
 """
 
@@ -59,7 +64,8 @@ def render(message: dict[str, Any]) -> str:
         elif b["type"] == "section":
             rows.append(f"<div class='section'>{mrkdwn(b['text']['text'])}</div>")
         elif b["type"] == "context":
-            rows.append("<div class='context'>" + " ".join(mrkdwn(e["text"]) for e in b["elements"]) + "</div>")
+            texts = " ".join(mrkdwn(e["text"]) for e in b["elements"])
+            rows.append(f"<div class='context'>{texts}</div>")
         elif b["type"] == "actions":
             buttons = [
                 f"<span class='button {e.get('style', '')}'>{html.escape(e['text']['text'])}</span>"
