@@ -59,6 +59,26 @@ def test_tgi_prefill_message_names_the_prefill_tokens(compiled: CompiledLibrary)
     assert "already allocated" not in text, "no allocator numbers in this log"
 
 
+def test_tgi_shard_traceback_with_torchs_oom_leads_with_the_tgi_rule(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    log = _log(
+        tmp_path,
+        "ERROR text_generation_launcher: Method Warmup encountered an error.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/opt/conda/lib/python3.9/site-packages/text_generation_server/models/flash_causal_lm.py",'
+        " line 729, in warmup\n"
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB (GPU 0; 22.20 GiB total"
+        " capacity; 19.50 GiB already allocated; 1.01 GiB free; 20.10 GiB reserved in total by PyTorch)\n"
+        "RuntimeError: Not enough memory to handle 4096 prefill tokens. You need to decrease"
+        " `--max-batch-prefill-tokens`\n",
+    )
+    rule, text = _advice(compiled, log)
+    assert rule == "tgi-warmup-out-of-memory"
+    assert "The warm-up batch had 4096 prefill tokens" in text
+    assert "gradient checkpointing" not in text.lower()
+
+
 # --- the container runtime's CUDA requirement -------------------------------------------------
 
 
