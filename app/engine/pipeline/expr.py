@@ -57,6 +57,10 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
+def _upper(s: object) -> str:
+    return str(s).upper()
+
+
 _FUNCS: dict[str, Callable[..., Any]] = {
     "min": min,
     "max": max,
@@ -68,6 +72,7 @@ _FUNCS: dict[str, Callable[..., Any]] = {
     "round": round,
     "ceil_div": _ceil_div,
     "pow2_at_least": _pow2_at_least,
+    "upper": _upper,
 }
 
 
