@@ -8,6 +8,7 @@ the file and the field, so a typo in a rule never silently disables it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pickle
@@ -412,6 +413,7 @@ def default_rules_dir() -> Path:
     raise RuleError("cannot find the rule library (rules/library.yaml); pass --rules DIR")
 
 
+@functools.cache  # one class for the ~110 files of a library load, built on the first
 def _strict_loader() -> Any:
     """libyaml's loader, refusing a mapping that repeats a key: YAML keeps the last one silently,
     so a fact or rule field defined twice (two edits merged) would lose the first without a word."""
