@@ -4,5 +4,5 @@
 # Extra arguments go to `logtriage serve` (e.g. --port 9000 --workers 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOGTRIAGE_SKIP_POSTGRES=${LOGTRIAGE_SKIP_POSTGRES:-1} bash scripts/setup.sh  # the service needs no PostgreSQL
+bash scripts/setup.sh --serve  # the package only: no dev tools, no PostgreSQL, no browser
 exec .venv/bin/logtriage serve "$@"

@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
-# Set up everything logtriage needs on a fresh Debian machine: system packages, a virtualenv,
-# the package with its dev extras. Idempotent: a second run only checks.
+# Set up everything logtriage needs on a fresh Debian machine. Idempotent: a second run only checks.
+#   bash scripts/setup.sh          the tests' set-up: ripgrep, PostgreSQL, Chromium, a virtualenv with
+#                                  the package and its dev extras (pytest, Playwright, mypy, ...)
+#   bash scripts/setup.sh --serve  what serving needs and nothing more: a virtualenv with the package
+#                                  (no system packages, no dev tools, PostgreSQL left as it is)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=dev
+if [ "${1:-}" = --serve ]; then MODE=serve; shift; fi
+if [ "$MODE" = serve ]; then
+  PY=${PYTHON:-python3}
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e .
+  exit 0
+fi
 
 need_apt=()
 command -v rg >/dev/null 2>&1 || need_apt+=(ripgrep)

@@ -20,6 +20,23 @@ def test_readme_opens_with_the_two_setup_commands() -> None:
     assert "scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
 
 
+def test_the_run_command_installs_only_what_serving_needs() -> None:
+    """README: the run command installs the package alone (no dev extras, no system packages),
+    the same install as the Dockerfile's; the dev tools come with the test command."""
+    import re
+
+    run = (ROOT / "scripts" / "run.sh").read_text()
+    assert "scripts/setup.sh --serve" in run
+    setup = (ROOT / "scripts" / "setup.sh").read_text()
+    serve_branch = setup.split('if [ "$MODE" = serve ]; then', 1)[1].split("\nfi\n", 1)[0]
+    installs = re.findall(r"pip install .*", serve_branch)
+    assert installs and all(i.rstrip().endswith("-e .") for i in installs), installs
+    assert "apt-get" not in serve_branch and "[dev]" not in serve_branch
+    assert re.search(r"pip install [^\n]*-e \.$", (ROOT / "Dockerfile").read_text(), re.M)
+    # the dev tools are installed by the full set-up the test command runs
+    assert "-e '.[dev]'" in setup.split('if [ "$MODE" = serve ]; then', 1)[1].split("\nfi\n", 1)[1]
+
+
 def _contract_block() -> dict[str, set[str]]:
     """README's JSON contract: each `Name = { ... }` with the field names it lists (quoted words
     after `{`, `,` or a line start; values such as `"yaml"|"hydra"` follow a `:` or `|`)."""
