@@ -85,6 +85,30 @@ class Fact(BaseModel):
     expression: str | None = None  # a computed fact's, over other facts (rules/facts.yaml)
 
 
+Decision = Literal["retry", "retry_excluding", "fix_and_rerun", "stop", "investigate"]
+
+
+class OutcomeHistory(BaseModel):
+    """What happened when jobs that failed this way were run again, as reported to the service."""
+
+    scope: Literal["fingerprint", "rule", "class"]  # the narrowest with enough outcomes
+    retries: int  # next attempts run without a fix (retried as they were, or without hosts)
+    succeeded: int
+    fixed: int = 0  # next attempts after a change to the job
+    fixed_succeeded: int = 0
+
+
+class Action(BaseModel):
+    """What to do with the failed job: retry it, retry it elsewhere, fix it first, stop, or look."""
+
+    decision: Decision
+    why: list[str]  # the class's reason first, then the facts that decided it
+    exclude_hosts: list[str] = Field(default_factory=list)  # for retry_excluding: as the log names them
+    basis: Literal["class", "rule", "history"] = "class"
+    ambiguous: bool = False  # the class alone cannot tell transient from repeating: outcomes decide
+    history: OutcomeHistory | None = None
+
+
 class FrameworkInfo(BaseModel):
     name: str
     version: str | None = None
@@ -106,3 +130,5 @@ class Analysis(BaseModel):
     stats: dict[str, Any] = Field(default_factory=dict)  # bytes, lines, seconds, engine
     # what the log states that the advice is chosen by, each with the line it came from
     facts: list[Fact] = Field(default_factory=list)
+    # what to do with the job (rules/verdicts.yaml); the service adds measured outcomes to it
+    action: Action | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from app.engine.models import Analysis, Finding
 from app.engine.pipeline.patches import ray_env_block
+from app.render.action import DECISION_LABELS, headline
 from app.render.timeline_table import clock_notes, rows
 
 
@@ -76,6 +77,14 @@ def _facts_md(a: Analysis) -> list[str]:
     return out
 
 
+def _action_md(a: Analysis) -> list[str]:
+    if a.action is None:
+        return []
+    label = DECISION_LABELS.get(a.action.decision, a.action.decision)
+    out = ["", f"## The job: {label.lower()}", "", f"**{headline(a.action)}** (`{a.action.decision}`)", ""]
+    return out + [f"- {w}" for w in a.action.why]
+
+
 def render_markdown(a: Analysis) -> str:
     out: list[str] = ["# logtriage report", ""]
     fw = a.framework
@@ -103,12 +112,14 @@ def render_markdown(a: Analysis) -> str:
                         ),
                     ]
                 out.append(f"  To confirm: {pc.confirm}")
+        out += _action_md(a)
     else:
         out += _finding_md(root, level="## Root cause:")
         symptoms = [f for f in a.findings if f.role == "symptom"]
         if symptoms:
             out += ["", "**Symptoms** (caused by the root cause):", ""]
             out += [f"- {f.title} (`{f.failure_class}`, {f.count}x)" for f in symptoms]
+        out += _action_md(a)
         out += ["", "## What to do", "", root.remediation]
         if root.patches:
             out += ["", "## Config patches", ""]

@@ -7,6 +7,7 @@ import textwrap
 
 from app.engine.models import Analysis, Finding, Patch
 from app.engine.pipeline.patches import ray_env_block
+from app.render.action import headline
 from app.render.markdown import MAX_FACTS
 from app.render.timeline_table import clock_notes, text_table
 
@@ -69,6 +70,18 @@ def _patch_line(p: Patch) -> str:
     return f"  {label} {body}\n      # {p.why}{note}"
 
 
+def _action(a: Analysis, s: _Style) -> list[str]:
+    """THE JOB: retry, retry elsewhere, fix first, stop or look, and why."""
+    if a.action is None:
+        return []
+    out = [
+        "",
+        s("THE JOB", "bold") + f"  {s(headline(a.action), 'bold')}" + s(f"  [{a.action.decision}]", "dim"),
+    ]
+    out.extend(f"  - {w}" for w in a.action.why)
+    return out
+
+
 def render_text(a: Analysis, *, colour: bool = False, width: int = 100) -> str:
     s = _Style(colour)
     out: list[str] = []
@@ -90,6 +103,7 @@ def render_text(a: Analysis, *, colour: bool = False, width: int = 100) -> str:
                 )
                 for ev in pc.evidence[:2]:
                     out.append(s(f"      {ev.file}:{ev.line}  ", "dim") + _clip(ev.text, width))
+        out.extend(_action(a, s))
     else:
         sev = _SEVERITY_COLOUR.get(root.severity, "bold")
         out.append(
@@ -105,6 +119,7 @@ def render_text(a: Analysis, *, colour: bool = False, width: int = 100) -> str:
             out.append(s("  symptoms (caused by the above):", "bold"))
             for f in symptoms:
                 out.append(f"    - {f.title} [{f.failure_class}] {s(_where(f), 'dim')}")
+        out.extend(_action(a, s))
         out.append("")
         out.append(s("WHAT TO DO", "bold", "green"))
         out.extend("  " + _MD_ESCAPE.sub(r"\1", line) for line in root.remediation.splitlines())

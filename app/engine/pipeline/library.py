@@ -330,6 +330,18 @@ class Kind:
     action: str  # a sentence under the report's root cause
 
 
+DECISIONS = ("retry", "retry_excluding", "fix_and_rerun", "stop", "investigate")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with a job that failed this way (`rules/verdicts.yaml`)."""
+
+    decision: str  # one of DECISIONS
+    why: str
+    ambiguous: bool = False
+
+
 @dataclass(frozen=True)
 class FrameworkDetector:
     name: str
@@ -383,6 +395,8 @@ class Library:
     facts: list[FactSpec] = field(default_factory=list)
     changelog: str = ""
     kinds: dict[str, Kind] = field(default_factory=dict)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # by class id
+    rule_verdicts: dict[str, Verdict] = field(default_factory=dict)  # by rule id: overrides the class
     _by_id: dict[str, LoadedRule] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -469,6 +483,44 @@ def _load_classes(root: Path) -> tuple[dict[str, FailureClass], dict[str, Kind]]
             id=cid, kind=spec["kind"], summary=spec["summary"], explains=tuple(explains.get(cid, ()))
         )
     return out, kinds
+
+
+def _load_verdicts(
+    root: Path, classes: dict[str, FailureClass], rule_ids: set[str]
+) -> tuple[dict[str, Verdict], dict[str, Verdict]]:
+    path = root / "verdicts.yaml"
+    if not path.exists():
+        return {}, {}
+    data = _read_yaml(path) or {}
+
+    def one(key: str, spec: Any, section: str) -> Verdict:
+        if not isinstance(spec, dict) or spec.get("decision") not in DECISIONS or not spec.get("why"):
+            raise RuleError(
+                f"{section} {key!r}: needs `decision` (one of {', '.join(DECISIONS)}) and `why`",
+                file=str(path),
+                field=section,
+            )
+        unknown = set(spec) - {"decision", "why", "ambiguous"}
+        if unknown:
+            raise RuleError(
+                f"{section} {key!r}: unknown {', '.join(sorted(unknown))}", file=str(path), field=section
+            )
+        return Verdict(decision=spec["decision"], why=str(spec["why"]), ambiguous=bool(spec.get("ambiguous")))
+
+    by_class = {cid: one(cid, spec, "classes") for cid, spec in (data.get("classes") or {}).items()}
+    stray = sorted(set(by_class) - set(classes))
+    missing = sorted(set(classes) - set(by_class))
+    if stray or missing:
+        # every class gets an action, and none is decided for a class that does not exist
+        raise RuleError(
+            f"classes not in failure-classes.yaml: {stray}; classes without a verdict: {missing}",
+            file=str(path),
+            field="classes",
+        )
+    by_rule = {rid: one(rid, spec, "rules") for rid, spec in (data.get("rules") or {}).items()}
+    if set(by_rule) - rule_ids:
+        raise RuleError(f"no such rule: {sorted(set(by_rule) - rule_ids)}", file=str(path), field="rules")
+    return by_class, by_rule
 
 
 def _load_frameworks(root: Path) -> list[FrameworkDetector]:
@@ -576,7 +628,7 @@ def _library_key(root: Path) -> str:
     return h.hexdigest()[:24]
 
 
-_CACHE_FORMAT = "lib-3"
+_CACHE_FORMAT = "lib-4"
 
 
 def load_library(root: Path | None = None, *, cache_dir: Path | None = None) -> Library:
@@ -635,6 +687,7 @@ def _load_library(root: Path) -> Library:
             )
     changelog_path = root / "CHANGELOG.md"
     changelog = changelog_path.read_text(encoding="utf-8") if changelog_path.exists() else ""
+    verdicts, rule_verdicts = _load_verdicts(root, classes, set(seen))
     return Library(
         version=str(meta["version"]),
         root=root,
@@ -644,4 +697,6 @@ def _load_library(root: Path) -> Library:
         facts=facts,
         changelog=changelog,
         kinds=kinds,
+        verdicts=verdicts,
+        rule_verdicts=rule_verdicts,
     )

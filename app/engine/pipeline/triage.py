@@ -38,6 +38,7 @@ from app.engine.pipeline.scan import (
     scan_source,
     split_points,
 )
+from app.engine.pipeline.verdict import decide
 from app.engine.timeline.builder import build as build_timeline
 from app.engine.timeline.clock import iso, parse_time
 
@@ -606,6 +607,7 @@ def triage(
     )
 
     next_steps = _next_steps(root_finding, findings, possible, detected, facts)
+    action = decide(library=library, root=root_finding, possible=possible, facts=facts)
 
     diff = None
     if config is not None:
@@ -643,6 +645,7 @@ def triage(
             "facts": {k: v for k, v in facts.items()},
         },
         facts=fact_list,
+        action=action,
     )
 
 

@@ -25,6 +25,7 @@ import yaml
 from app.engine.pipeline.ingest import collect_sources
 from app.engine.pipeline.scan import CompiledLibrary
 from app.engine.pipeline.triage import TriageOptions, triage
+from app.engine.pipeline.verdict import real_host
 from app.errors import InputError
 
 
@@ -36,6 +37,10 @@ class Case:
     source: str = ""
     split: str = "real"
     confidence: float | None = None  # of the root cause, when one was named
+    decision: str | None = None  # the action's decision (rules/verdicts.yaml)
+    exclude_hosts: list[str] = field(default_factory=list)
+    root_hosts: list[str] = field(default_factory=list)  # the hosts the root cause names
+    expected_decision: str | None = None  # the verdict of the expected class
 
 
 @dataclass
@@ -153,9 +158,32 @@ class Report:
             )
         return out
 
+    def verdicts(self) -> dict[str, Any]:
+        """Issue 24's targets on the corpus: a retry advised where the true class's verdict says the
+        failure repeats (fix_and_rerun or stop) is the costly error; a hardware fault should be
+        retried without the hosts the report names."""
+        repeating = [c for c in self.cases if c.expected_decision in ("fix_and_rerun", "stop")]
+        retried = [c for c in repeating if c.decision in ("retry", "retry_excluding")]
+        hardware = [c for c in self.cases if c.expected_decision == "retry_excluding"]
+        excluded = [
+            c for c in hardware if c.decision == "retry_excluding" and c.exclude_hosts == c.root_hosts
+        ]
+        decisions = Counter(c.decision or "none" for c in self.cases)
+        return {
+            "decisions": dict(sorted(decisions.items())),
+            "repeating": len(repeating),
+            "retry_advised_on_repeating": len(retried),
+            "retry_advised_on_repeating_cases": [c.file for c in retried],
+            "hardware": len(hardware),
+            "hardware_retry_excluding_named_hosts": len(excluded),
+            "hardware_with_hosts": sum(bool(c.exclude_hosts) for c in excluded),
+            "hardware_misses": [c.file for c in hardware if c not in excluded],
+        }
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "cases": len(self.cases),
+            "verdicts": self.verdicts(),
             "accuracy": round(self.accuracy, 4),
             "accuracy_by_split": self.by_split(),
             "splits": self.split_detail(),
@@ -204,7 +232,26 @@ def evaluate_corpus(compiled: CompiledLibrary, corpus: Path, *, split: str | Non
         predicted = a.root_cause.failure_class if a.root_cause else "unknown"
         label = ", ".join(str((base / f).relative_to(corpus)) for f in files)
         conf = a.root_cause.confidence if a.root_cause else None
-        report.cases.append(Case(label, e["expected_class"], predicted, e.get("source", ""), name, conf))
+        lib = compiled.library
+        expected = lib.verdicts.get(e["expected_class"])
+        if a.root_cause is not None and predicted == e["expected_class"]:
+            # a rule that knows its failure differs from its class's usual one decides (Xid 13/31/43
+            # are the application's faults though their class is a GPU's)
+            expected = lib.rule_verdicts.get(a.root_cause.rule_id) or expected
+        report.cases.append(
+            Case(
+                label,
+                e["expected_class"],
+                predicted,
+                e.get("source", ""),
+                name,
+                conf,
+                decision=a.action.decision if a.action else None,
+                exclude_hosts=list(a.action.exclude_hosts) if a.action else [],
+                root_hosts=sorted({h for h in (a.root_cause.hosts if a.root_cause else []) if real_host(h)}),
+                expected_decision=expected.decision if expected else None,
+            )
+        )
     for cases_file in sorted(corpus.glob("*/cases.yaml")):
         if split and cases_file.parent.name != split:
             continue
@@ -286,6 +333,18 @@ def format_report(r: Report) -> str:
         stated = f"{b['stated']:.2f}" if b["stated"] is not None else "-"
         observed = f"{b['observed']:.2f}" if b["observed"] is not None else "-"
         lines.append(f"{b['band']:12} {b['cases']:5d} {stated:>7} {observed:>8}")
+    v = r.verdicts()
+    lines += [
+        "",
+        "actions (rules/verdicts.yaml): " + ", ".join(f"{k} {n}" for k, n in v["decisions"].items()),
+        f"  a retry advised on a failure that repeats (true class: fix_and_rerun or stop): "
+        f"{v['retry_advised_on_repeating']} of {v['repeating']}",
+        f"  hardware faults retried without the hosts the report names: "
+        f"{v['hardware_retry_excluding_named_hosts']} of {v['hardware']} "
+        f"({v['hardware_with_hosts']} name a host)",
+    ]
+    lines += [f"    retry advised, repeats: {f}" for f in v["retry_advised_on_repeating_cases"]]
+    lines += [f"    hardware, not retry_excluding: {f}" for f in v["hardware_misses"]]
     wrong = [c for c in r.cases if c.expected != c.predicted]
     if wrong:
         lines += ["", "misclassified:"]

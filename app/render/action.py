@@ -1,0 +1,36 @@
+"""The action's words, one place for every edge: what to do with the failed job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DECISION_LABELS", "headline"]
+
+DECISION_LABELS = {
+    "retry": "Retry",
+    "retry_excluding": "Retry elsewhere",
+    "fix_and_rerun": "Fix, then rerun",
+    "stop": "Stop",
+    "investigate": "Investigate",
+}
+
+
+def headline(action: Any) -> str:
+    """One line: the decision in words, with the hosts to leave out. Takes the model or its dict
+    (the API's resource and the Slack bot carry dicts)."""
+    get = action.get if isinstance(action, dict) else lambda k, d=None: getattr(action, k, d)
+    decision = get("decision")
+    hosts = list(get("exclude_hosts") or [])
+    if decision == "retry":
+        return "Retry the job as it is: the fault was transient."
+    if decision == "retry_excluding":
+        if hosts:
+            return f"Retry the job without {', '.join(hosts)}."
+        return (
+            "Retry the job on other nodes (the log names no host: leave out the one the failing rank ran on)."
+        )
+    if decision == "fix_and_rerun":
+        return "Fix the job before rerunning it: as it is, it fails the same way."
+    if decision == "stop":
+        return "Stop: do not rerun the job until someone has acted on the cause."
+    return "Investigate before rerunning: the log does not say whether a rerun would pass."
