@@ -26,8 +26,11 @@ __all__ = [  # the service's resource contracts, which the REST API documents
     "FeedbackIn",
     "FeedbackOut",
     "FileInfo",
+    "HostClearIn",
     "LibraryInfo",
     "Links",
+    "OutcomeIn",
+    "OutcomeOut",
     "RecurrenceInfo",
     "RetriageChanges",
     "RetriageOut",
@@ -35,6 +38,59 @@ __all__ = [  # the service's resource contracts, which the REST API documents
     "RuleSummary",
     "SuspectHostInfo",
 ]
+
+
+class OutcomeIn(BaseModel):
+    """How the next attempt of a failed job ended (sent by the hook when that attempt ends)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["succeeded", "failed"]
+    action: Literal["retry", "retry_excluding", "fix_and_rerun"] | None = Field(
+        default=None,
+        description="What the attempt did: run again as it was, run without some hosts, or run after "
+        "a change. Default: what the analysis advised.",
+    )
+    attempt_id: str | None = Field(
+        default=None,
+        max_length=256,
+        description="The scheduler's id of the attempt (e.g. SLURM_JOB_ID): a second post of the same "
+        "attempt returns the first.",
+    )
+    analysis_id: str | None = Field(
+        default=None, max_length=26, description="The failure the attempt followed; default: see started_at."
+    )
+    started_at: str | None = Field(
+        default=None,
+        description="When the attempt started (ISO 8601): the outcome follows the job's newest analysis "
+        "before it. Without it and without analysis_id: the job's newest analysis with no outcome yet.",
+    )
+    excluded_hosts: list[str] = Field(default_factory=list, max_length=1000)
+    detail: str | None = Field(default=None, max_length=4000)
+
+
+class OutcomeOut(BaseModel):
+    id: int
+    job_id: str
+    attempt_id: str | None
+    analysis_id: str | None = Field(description="The failure it followed; None when the job had none.")
+    status: str
+    action: str | None
+    advised: str | None = Field(description="The decision the analysis gave.")
+    failure_class: str | None
+    rule_id: str | None
+    excluded_hosts: list[str]
+    detail: str | None
+    created_at: str
+    links: dict[str, str | None]
+
+
+class HostClearIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    note: str | None = Field(
+        default=None, max_length=4000, description="What was done: repaired, replaced ..."
+    )
 
 
 class FeedbackIn(BaseModel):

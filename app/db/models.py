@@ -328,3 +328,47 @@ class SlackMessage(Base):
     purpose: Mapped[str] = mapped_column(String(16))  # reply | notify | repeat
     fingerprint: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Outcome(Base):
+    """How the next attempt of a failed job ended (`POST /api/v1/jobs/{job_id}/outcomes`), linked
+    to the analysed failure it followed; the class, rule and fingerprint are copied from that
+    analysis so the history of an action is one indexed count (app.engine.pipeline.verdict)."""
+
+    __tablename__ = "outcomes"
+    __table_args__ = (
+        # a hook that posts the same attempt twice (a retry after a timeout) records it once
+        UniqueConstraint("job_id", "attempt_id"),
+        Index("ix_outcomes_class_rule", "failure_class", "rule_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(256), index=True)
+    attempt_id: Mapped[str | None] = mapped_column(String(256))
+    # the failure the attempt followed; NULL when the job has no analysed failure (or it was deleted)
+    analysis_id: Mapped[str | None] = mapped_column(
+        ForeignKey("analyses.id", ondelete="SET NULL"), index=True, unique=True
+    )
+    status: Mapped[str] = mapped_column(String(16))  # succeeded | failed
+    # what the attempt did: retry | retry_excluding | fix_and_rerun (default: what was advised)
+    action: Mapped[str | None] = mapped_column(String(20))
+    advised: Mapped[str | None] = mapped_column(String(20))  # the decision the analysis gave
+    failure_class: Mapped[str | None] = mapped_column(String(100))
+    rule_id: Mapped[str | None] = mapped_column(String(100))
+    fingerprint: Mapped[str | None] = mapped_column(String(32), index=True)
+    excluded_hosts: Mapped[list[str]] = mapped_column(JSON, default=list)
+    detail: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
+
+
+class HostClearance(Base):
+    """An operator cleared a host (repaired, replaced): its hardware failures before this time no
+    longer count towards the exclusion list."""
+
+    __tablename__ = "host_clearances"
+
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    cleared_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    note: Mapped[str | None] = mapped_column(Text)
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.engine.models import Fact, Finding, FrameworkInfo, PossibleCause
+from app.engine.models import Action, Fact, Finding, FrameworkInfo, PossibleCause
 from app.service.metadata import JobMetadata, Source
 
 __all__ = [
@@ -123,6 +123,7 @@ class AnalysisResource(BaseModel):
     config_diff: str | None = None
     stats: dict[str, Any] | None = None
     facts: list[Fact] | None = None
+    action: Action | None = None
 
 
 class AnalysisSummary(BaseModel):

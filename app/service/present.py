@@ -11,6 +11,8 @@ from sqlalchemy.orm import Session
 from app.db import repo
 from app.db.models import Analysis, AnalysisFile, Feedback
 from app.db.rollup import Recurrence
+from app.engine.models import Action
+from app.engine.pipeline.verdict import with_history
 from app.service.access import Principal
 from app.settings import Settings
 
@@ -132,6 +134,10 @@ def resource(
     }
     if row.status == "done" and row.result is not None:
         out.update(row.result)
+        action = row.result.get("action")
+        if action and standing.outcomes:
+            # the stored action is the class's; what reruns of this failure did is read now
+            out["action"] = with_history(Action.model_validate(action), standing.outcomes).model_dump()
     return out
 
 

@@ -23,6 +23,7 @@ from app.db.models import (
 )
 from app.db.repo.common import finding_hosts, insert_ignore
 from app.db.repo.lifecycle import Draft, pending_row
+from app.db.repo.outcomes import Counts, outcome_counts
 from app.db.repo.standing import Standing, result_hardware_hosts, standing_of, suspect_hosts
 from app.engine import fingerprint as fingerprinting
 from app.errors import NotFoundError
@@ -389,8 +390,22 @@ def _standings(
     hardware = [set(result_hardware_hosts(row, c.analysis)) for row, c in pairs]
     every = sorted(set().union(*hardware))
     suspects = suspect_hosts(session, days=days, min_jobs=suspect_min_jobs, only=every) if every else []
+    # one count per distinct root failure of the group: the history its action shows
+    kinds = {
+        (row.root_class, row.root_rule_id, row.fingerprint)
+        for row, _ in pairs
+        if row.root_class and row.root_class != "unknown"
+    }
+    counts: dict[tuple[str | None, str | None, str | None], Counts] = {
+        k: outcome_counts(session, failure_class=k[0] or "", rule_id=k[1], fingerprint=k[2])
+        for k in sorted(kinds, key=str)
+    }
     return [
-        Standing(recs[keys[row.id]] if row.id in keys else None, [s for s in suspects if s.host in mine])
+        Standing(
+            recs[keys[row.id]] if row.id in keys else None,
+            [s for s in suspects if s.host in mine],
+            counts.get((row.root_class, row.root_rule_id, row.fingerprint)),
+        )
         for (row, _), mine in zip(pairs, hardware, strict=True)
     ]
 

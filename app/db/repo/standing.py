@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.db import rollup
@@ -17,9 +17,11 @@ from app.db.models import (
     Feedback,
     Finding,
     FindingHost,
+    HostClearance,
     utcnow,
 )
 from app.db.repo.common import aware_utc, finding_hosts, iso_utc
+from app.db.repo.outcomes import Counts, outcome_counts
 
 
 @dataclass
@@ -54,6 +56,11 @@ def suspect_hosts(
             Analysis.created_at >= now - dt.timedelta(days=days),
         )
     )
+    # an operator's clearance (repaired, replaced) restarts a host's count
+    cleared = HostClearance.__table__
+    stmt = stmt.outerjoin(cleared, cleared.c.host == FindingHost.host).where(
+        or_(cleared.c.cleared_at.is_(None), Analysis.created_at > cleared.c.cleared_at)
+    )
     hosts_filter = list(only) if only is not None else None
     if hosts_filter is not None:
         if not hosts_filter:
@@ -87,10 +94,12 @@ def suspect_hosts(
 
 @dataclass(frozen=True)
 class Standing:
-    """How an analysis' failure stands in the history: recurrence and suspect hosts."""
+    """How an analysis' failure stands in the history: recurrence, suspect hosts, and how reruns
+    after failures like it ended (its action's history)."""
 
     recurrence: rollup.Recurrence | None = None
     suspects: list[SuspectHost] = field(default_factory=list)
+    outcomes: Counts | None = None
 
 
 def hardware_hosts(session: Session, *, analysis_id: str) -> list[str]:
@@ -135,7 +144,14 @@ def standing_of(
     )
     hosts = hardware_hosts(session, analysis_id=row.id)
     suspects = suspect_hosts(session, days=days, min_jobs=suspect_min_jobs, only=hosts) if hosts else []
-    return Standing(rec, suspects)
+    outcomes = (
+        outcome_counts(
+            session, failure_class=row.root_class, rule_id=row.root_rule_id, fingerprint=row.fingerprint
+        )
+        if row.root_class and row.root_class != "unknown"
+        else None
+    )
+    return Standing(rec, suspects, outcomes)
 
 
 def stats(
@@ -333,3 +349,15 @@ def rule_comments(session: Session, *, rule_id: str, limit: int = 10) -> list[di
         }
         for aid, created, verdict, correct, comment in rows
     ]
+
+
+def clear_host(session: Session, *, host: str, note: str | None, token_id: int | None) -> dt.datetime:
+    """Record that `host` was repaired now; returns the time its count restarts from."""
+    now = utcnow()
+    row = session.get(HostClearance, host)
+    if row is None:
+        session.add(HostClearance(host=host, cleared_at=now, note=note, token_id=token_id))
+    else:
+        row.cleared_at, row.note, row.token_id = now, note, token_id
+    session.flush()
+    return now

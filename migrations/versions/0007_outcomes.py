@@ -1,0 +1,83 @@
+"""Outcomes: how the next attempt of a failed job ended, linked to the analysed failure it
+followed (issue 24: the measured history behind an analysis' action); host clearances: an
+operator's "this node was repaired", after which its earlier hardware failures stop counting.
+
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-11-27
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0007"
+down_revision: str | None = "0006"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "outcomes",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("job_id", sa.String(length=256), nullable=False),
+        sa.Column("attempt_id", sa.String(length=256), nullable=True),
+        sa.Column("analysis_id", sa.String(length=26), nullable=True),
+        sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("action", sa.String(length=20), nullable=True),
+        sa.Column("advised", sa.String(length=20), nullable=True),
+        sa.Column("failure_class", sa.String(length=100), nullable=True),
+        sa.Column("rule_id", sa.String(length=100), nullable=True),
+        sa.Column("fingerprint", sa.String(length=32), nullable=True),
+        sa.Column("excluded_hosts", sa.JSON(), nullable=False),
+        sa.Column("detail", sa.Text(), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("token_id", sa.Integer(), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["analysis_id"],
+            ["analyses.id"],
+            name=op.f("fk_outcomes_analysis_id_analyses"),
+            ondelete="SET NULL",
+        ),
+        sa.ForeignKeyConstraint(
+            ["token_id"], ["api_tokens.id"], name=op.f("fk_outcomes_token_id_api_tokens"), ondelete="SET NULL"
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_outcomes")),
+        sa.UniqueConstraint("job_id", "attempt_id", name=op.f("uq_outcomes_job_id_attempt_id")),
+    )
+    op.create_index("ix_outcomes_analysis_id", "outcomes", ["analysis_id"], unique=True)
+    op.create_index("ix_outcomes_class_rule", "outcomes", ["failure_class", "rule_id"], unique=False)
+    op.create_index("ix_outcomes_created_at", "outcomes", ["created_at"], unique=False)
+    op.create_index("ix_outcomes_fingerprint", "outcomes", ["fingerprint"], unique=False)
+    op.create_index("ix_outcomes_job_id", "outcomes", ["job_id"], unique=False)
+    op.create_table(
+        "host_clearances",
+        sa.Column("host", sa.String(length=255), nullable=False),
+        sa.Column("cleared_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("note", sa.Text(), nullable=True),
+        sa.Column("token_id", sa.Integer(), nullable=True),
+        sa.ForeignKeyConstraint(
+            ["token_id"],
+            ["api_tokens.id"],
+            name=op.f("fk_host_clearances_token_id_api_tokens"),
+            ondelete="SET NULL",
+        ),
+        sa.PrimaryKeyConstraint("host", name=op.f("pk_host_clearances")),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("host_clearances")
+    for name in (
+        "ix_outcomes_job_id",
+        "ix_outcomes_fingerprint",
+        "ix_outcomes_created_at",
+        "ix_outcomes_class_rule",
+        "ix_outcomes_analysis_id",
+    ):
+        op.drop_index(name, table_name="outcomes")
+    op.drop_table("outcomes")
