@@ -9,7 +9,10 @@
   for a reason of the server's (interrupted by a restart, 503, 507);
 - prints the root cause, the fix and the report URL; never reports an analysis it did not get;
 - never changes the job's exit status: errors are reported and `submit` exits 0 (``--strict``
-  makes it exit non-zero: 2 usage, 3 refused or failed, 4 gave up at the deadline).
+  makes it exit non-zero: 2 usage, 3 refused or failed, 4 gave up at the deadline);
+- ``--action-exit`` exits with the analysis' decision instead (ACTION_EXIT), ``--shell`` prints it
+  as shell assignments, for hooks that requeue or stop by it (docs/hooks.md);
+- ``--outcome succeeded|failed`` reports how the next attempt ended (`post_outcome`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import io
 import json
 import os
 import random
+import shlex
 import sys
 import time
 import uuid
@@ -26,14 +30,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urljoin
+from urllib.parse import quote, urljoin
 
 import httpx
 
 from app.engine.pipeline.ingest import GZIP_MAGIC, ZSTD_MAGIC, human_bytes
 from app.errors import RemoteError, SubmitGaveUpError, UsageError
+from app.render.action import headline
 
 CHUNK = 1 << 20
+# `submit --action-exit`: the exit status per decision (0: no analysis to act on, e.g. the service
+# was unreachable; a hook then falls back to its own policy)
+ACTION_EXIT = {"retry": 10, "retry_excluding": 11, "fix_and_rerun": 12, "stop": 13, "investigate": 14}
 RETRY_STATUS = {408, 429, 500, 502, 503, 504, 507}  # 507: a full disk, freed later
 RETRYABLE_FAILURES = {503, 507}  # an analysis failed for the server's reason: send it again
 MAX_RESENDS = 5  # of an analysis that keeps failing retryably, within the deadline
@@ -435,6 +443,9 @@ def format_result(res: dict[str, Any], *, max_fix_lines: int = 14) -> str:
         return f"logtriage: analysis {res.get('id')} failed: {err.get('detail', 'unknown error')}\n"
     root = res.get("root_cause")
     out = []
+    action = res.get("action")
+    if action:
+        out.append(f"logtriage: the job: {headline(action)} [{action['decision']}]")
     if root is None:
         out.append("logtriage: no known failure matched (nothing is guessed)")
         for step in (res.get("next_steps") or [])[:3]:
@@ -467,6 +478,74 @@ def format_result(res: dict[str, Any], *, max_fix_lines: int = 14) -> str:
         out.append(f"  same log as analysis {res['duplicate_of']}")
     out.append(f"  report: {url}")
     return "\n".join(out) + "\n"
+
+
+def shell_lines(res: dict[str, Any]) -> str:
+    """The analysis as shell assignments (`eval "$(logtriage submit --shell ...)"`), quoted."""
+    action = res.get("action") or {}
+    root = res.get("root_cause") or {}
+    values = {
+        "LOGTRIAGE_STATUS": res.get("status") or "",
+        "LOGTRIAGE_ANALYSIS_ID": res.get("id") or "",
+        "LOGTRIAGE_DECISION": action.get("decision") or "",
+        "LOGTRIAGE_EXCLUDE_HOSTS": ",".join(action.get("exclude_hosts") or []),
+        "LOGTRIAGE_CLASS": root.get("failure_class") or "",
+        "LOGTRIAGE_REPORT": res.get("permalink") or "",
+    }
+    return "".join(f"{k}={shlex.quote(str(v))}\n" for k, v in values.items())
+
+
+@dataclass
+class OutcomeOptions:
+    job_id: str
+    status: str  # succeeded | failed
+    action: str | None = None  # what the attempt did; None: what was advised
+    attempt_id: str | None = None
+    analysis_id: str | None = None
+    started_at: str | None = None
+    excluded_hosts: list[str] = field(default_factory=list)
+    detail: str | None = None
+
+
+def post_outcome(
+    outcome: OutcomeOptions,
+    opts: SubmitOptions,
+    *,
+    log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+    client: httpx.Client | None = None,
+) -> dict[str, Any]:
+    """POST /api/v1/jobs/{job}/outcomes with the same retries and deadline as a log; an attempt
+    id (given, or one per call) makes a retried post count once."""
+    base = opts.url.rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise UsageError(f"--url {opts.url!r} must start with http:// or https://")
+    headers = {"User-Agent": "logtriage-submit"}
+    if opts.token:
+        headers["Authorization"] = f"Bearer {opts.token}"
+    body = {k: v for k, v in vars(outcome).items() if k != "job_id" and v not in (None, [])}
+    body.setdefault("attempt_id", f"submit-{opts.idempotency_key}")
+    url = f"{base}/api/v1/jobs/{quote(outcome.job_id, safe='')}/outcomes"
+    own = client is None
+    http = client or httpx.Client(timeout=httpx.Timeout(opts.timeout, connect=min(opts.timeout, 10.0)))
+    retrier = Retrier(opts, log)
+    try:
+        while True:
+            resp: httpx.Response | None = None
+            try:
+                resp = http.post(url, json=body, headers=headers)
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            if resp is not None:
+                if resp.status_code in (200, 201):
+                    result: dict[str, Any] = resp.json()
+                    return result
+                last = _problem(resp)
+                if resp.status_code not in RETRY_STATUS:
+                    raise RemoteError(last)
+            retrier.wait("sending the outcome", last, resp)
+    finally:
+        if own:
+            http.close()
 
 
 def env_default(name: str) -> str | None:

@@ -287,7 +287,16 @@ def cmd_tokens_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from app.client import SubmitOptions, dump_json, format_result, submit
+    from app.client import (
+        ACTION_EXIT,
+        OutcomeOptions,
+        SubmitOptions,
+        dump_json,
+        format_result,
+        post_outcome,
+        shell_lines,
+        submit,
+    )
     from app.errors import LogtriageError
 
     settings = _settings()
@@ -322,6 +331,31 @@ def cmd_submit(args: argparse.Namespace) -> int:
         )
         if args.idempotency_key:
             opts.idempotency_key = args.idempotency_key
+        if args.outcome:
+            if args.files:
+                raise UsageError("--outcome reports how an attempt ended: give no log files with it")
+            if not args.job_id:
+                raise UsageError("--outcome needs --job-id (the job whose attempt ended)")
+            outcome = OutcomeOptions(
+                job_id=args.job_id,
+                status=args.outcome,
+                action=args.did,
+                attempt_id=args.attempt_id,
+                analysis_id=args.analysis_id,
+                started_at=args.started_at,
+                excluded_hosts=[h for h in (args.excluded_hosts or "").split(",") if h],
+                detail=args.detail,
+            )
+            got = post_outcome(outcome, opts)
+            linked = (
+                f"after analysis {got['analysis_id']}" if got.get("analysis_id") else "(no analysed failure)"
+            )
+            sys.stdout.write(
+                dump_json(got) if args.json else f"logtriage: outcome {got['status']} {linked}\n"
+            )
+            return 0
+        if not args.files:
+            raise UsageError("give the log files to submit (or --outcome)")
         result = submit([Path(p) for p in args.files], opts)
     except LogtriageError as exc:
         print(
@@ -332,9 +366,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
     except Exception as exc:  # a hook must never crash the job's epilogue
         print(f"logtriage: submit failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1 if args.strict else 0
-    sys.stdout.write(dump_json(result) if args.json else format_result(result))
+    if args.shell:
+        # stdout is for `eval`: the report goes to stderr
+        sys.stderr.write(format_result(result))
+        sys.stdout.write(shell_lines(result))
+    else:
+        sys.stdout.write(dump_json(result) if args.json else format_result(result))
     if result.get("status") == "failed" and args.strict:
         return 3  # the service refused the log (the reason is printed above)
+    if args.action_exit and result.get("status") == "done":
+        return ACTION_EXIT.get((result.get("action") or {}).get("decision", ""), 0)
     return 0
 
 
@@ -462,7 +503,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Post logs (gzip, head+tail for huge files, retries) and print the root cause, the "
         "fix and the report URL. Exits 0 even when the service cannot be reached (use --strict).",
     )
-    sm.add_argument("files", nargs="+", metavar="FILE", help="log files (plain, gzip or zstd)")
+    sm.add_argument("files", nargs="*", metavar="FILE", help="log files (plain, gzip or zstd)")
     sm.add_argument("--url", help="service base URL (LOGTRIAGE_URL)")
     sm.add_argument("--token", help="API token with the ingest scope (LOGTRIAGE_TOKEN)")
     sm.add_argument("--job-id")
@@ -517,6 +558,30 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     sm.add_argument("--json", action="store_true", help="print the analysis JSON")
     sm.add_argument("--strict", action="store_true", help="exit non-zero when the submit fails")
+    sm.add_argument(
+        "--action-exit",
+        action="store_true",
+        help="exit with the analysis' decision: 10 retry, 11 retry_excluding, 12 fix_and_rerun, 13 stop, "
+        "14 investigate; 0 when there is no analysis to act on (docs/hooks.md)",
+    )
+    sm.add_argument(
+        "--shell",
+        action="store_true",
+        help="print LOGTRIAGE_DECISION=..., LOGTRIAGE_EXCLUDE_HOSTS=... for `eval` (report to stderr)",
+    )
+    og = sm.add_argument_group("outcomes: how the next attempt of a failed job ended (no FILE)")
+    og.add_argument("--outcome", choices=("succeeded", "failed"), help="report this attempt's ending")
+    og.add_argument(
+        "--did",
+        choices=("retry", "retry_excluding", "fix_and_rerun"),
+        help="what the attempt was: a plain retry, a retry without some hosts, or a rerun after a fix "
+        "(default: what the analysis advised)",
+    )
+    og.add_argument("--attempt-id", help="the scheduler's id of this attempt (e.g. $SLURM_JOB_ID)")
+    og.add_argument("--analysis-id", help="the failure this attempt followed (default: the job's latest)")
+    og.add_argument("--started-at", help="when this attempt started (ISO 8601)")
+    og.add_argument("--excluded-hosts", metavar="H1,H2", help="hosts this attempt ran without")
+    og.add_argument("--detail", help="a note stored with the outcome")
     sm.set_defaults(func=cmd_submit)
 
     r = sub.add_parser(

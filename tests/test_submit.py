@@ -182,3 +182,59 @@ def test_retries_until_the_service_is_up(db_url: str, tmp_path: Path) -> None:
             proc.wait()
     assert proc.returncode == 0, "".join(seen) + stderr
     assert "root cause:" in stdout
+
+
+def test_submit_acts_on_the_decision_and_reports_the_outcome(
+    server: LiveServer, client: httpx.Client, tmp_path: Path
+) -> None:
+    import shlex
+
+    from tests.servicekit import ECC
+
+    env = cli_env(server.settings)
+    log = tmp_path / "ecc.log"
+    log.write_text(training_log(ECC.format(ip="10.44.0.9"), job="sub-ecc"))
+    res = submit(server.url, str(log), "--job-id", "sub-ecc", "--action-exit", "--shell", env=env)
+    # 11: retry_excluding; stdout is only the assignments, the report is on stderr
+    assert res.returncode == 11, res.stderr
+    values = dict(line.split("=", 1) for line in shlex.split(res.stdout))
+    assert values["LOGTRIAGE_DECISION"] == "retry_excluding"
+    assert values["LOGTRIAGE_EXCLUDE_HOSTS"] == "10.44.0.9"
+    assert values["LOGTRIAGE_CLASS"] == "hardware.gpu_ecc_error"
+    assert "the job: Retry the job without 10.44.0.9. [retry_excluding]" in res.stderr
+    aid = values["LOGTRIAGE_ANALYSIS_ID"]
+    # the next attempt, run without that host, passed: reported the same way, counted once
+    args = [
+        "--job-id",
+        "sub-ecc",
+        "--outcome",
+        "succeeded",
+        "--excluded-hosts",
+        "10.44.0.9",
+        "--attempt-id",
+        "a2",
+    ]
+    first = submit(server.url, *args, env=env)
+    again = submit(server.url, *args, env=env)
+    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
+    assert f"outcome succeeded after analysis {aid}" in first.stdout
+    outcomes = client.get("/api/v1/jobs/sub-ecc/outcomes").json()
+    assert [(o["analysis_id"], o["action"], o["excluded_hosts"]) for o in outcomes] == [
+        (aid, "retry_excluding", ["10.44.0.9"])
+    ]
+    # an OOM is a fix: 12
+    oom = tmp_path / "oom.log"
+    oom.write_text(training_log(OOM.format(gib="2.50"), job="sub-oom"))
+    assert submit(server.url, str(oom), "--action-exit", env=env).returncode == 12
+    # misuse is a usage error, never a crash (exit 0 without --strict: a hook never fails the job)
+    bad = submit(server.url, str(oom), "--outcome", "failed", "--job-id", "x", "--strict", env=env)
+    assert bad.returncode == 2 and "give no log files" in bad.stderr
+    no_job = submit(server.url, "--outcome", "failed", "--strict", env=env)
+    assert no_job.returncode == 2 and "--outcome needs --job-id" in no_job.stderr
+
+
+def test_action_exit_is_0_when_there_is_no_analysis(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("hello\n")
+    res = submit(f"http://127.0.0.1:{free_port()}", str(log), "--action-exit", "--deadline", "1")
+    assert res.returncode == 0 and "submit failed" in res.stderr
