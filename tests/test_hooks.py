@@ -104,13 +104,19 @@ def test_wrapper_unreachable_service_keeps_status(tmp_path: Path) -> None:
 
 
 def test_other_recipes_are_valid() -> None:
-    for script in ("logtriage-wrap.sh", "slurm-epilog.sh"):
+    for script in ("logtriage-wrap.sh", "slurm-epilog.sh", "logtriage-retry.sh"):
         subprocess.run(["bash", "-n", str(HOOKS / script)], check=True)
     py_compile.compile(str(HOOKS / "ray_job_driver.py"), doraise=True)
     wf = yaml.safe_load((HOOKS / "argo-onexit.yaml").read_text())
     assert wf["spec"]["onExit"] == "logtriage-on-exit"
     docs = (ROOT / "docs" / "hooks.md").read_text()
-    for name in ("logtriage-wrap.sh", "slurm-epilog.sh", "ray_job_driver.py", "argo-onexit.yaml"):
+    for name in (
+        "logtriage-wrap.sh",
+        "slurm-epilog.sh",
+        "ray_job_driver.py",
+        "argo-onexit.yaml",
+        "logtriage-retry.sh",
+    ):
         assert name in docs
 
 
@@ -202,3 +208,76 @@ def test_pyspy_hook_without_ranks_says_so(tmp_path: Path) -> None:
         timeout=60,
     )
     assert res.returncode == 1 and "no rank process found" in res.stderr
+
+
+# --- hooks that act: docs/hooks/logtriage-retry.sh against the real service -------------------
+
+RETRY = HOOKS / "logtriage-retry.sh"
+CLUSTER = ROOT / "tests" / "hooks" / "fake_cluster.py"
+
+
+def retry(
+    server: LiveServer, tmp_path: Path, job: str, fault: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("LOGTRIAGE_")}
+    full["PATH"] = f"{VENV_BIN}:{full.get('PATH', '/usr/bin:/bin')}"
+    full.update(LOGTRIAGE_URL=server.url, LOGTRIAGE_JOB_ID=job, LOGTRIAGE_BACKOFF="0", **env)
+    cmd = (
+        f"{sys.executable} {CLUSTER} --nodes 10.5.0.1,10.5.0.2 --bad 10.5.0.1 --fault {fault} "
+        f'--state {tmp_path / (job + ".runs")} --exclude "${{LOGTRIAGE_EXCLUDE_HOSTS}}"'
+    )
+    return subprocess.run(["bash", str(RETRY), cmd], capture_output=True, text=True, env=full, timeout=300)
+
+
+def outcomes_of(client: httpx.Client, job: str) -> list[tuple[str, str, list[str]]]:
+    rows = client.get(f"/api/v1/jobs/{job}/outcomes").json()
+    return [(o["status"], o["action"], o["excluded_hosts"]) for o in rows]
+
+
+def test_retry_hook_runs_a_gpu_fault_again_without_the_node(
+    server: LiveServer, client: httpx.Client, tmp_path: Path
+) -> None:
+    job = "retry-ecc"
+    res = retry(server, tmp_path, job, "ecc")
+    assert res.returncode == 0, res.stderr
+    assert "decision retry_excluding without 10.5.0.1" in res.stderr
+    assert "[10.5.0.2] run 2: training finished" in res.stdout
+    assert len(job_analyses(client, job)) == 1
+    assert outcomes_of(client, job) == [("succeeded", "retry_excluding", ["10.5.0.1"])]
+
+
+def test_retry_hook_never_reruns_a_config_fault(
+    server: LiveServer, client: httpx.Client, tmp_path: Path
+) -> None:
+    job = "retry-oom"
+    res = retry(server, tmp_path, job, "oom")
+    assert res.returncode == 1, res.stderr
+    assert "not running it again (decision fix_and_rerun)" in res.stderr
+    assert (tmp_path / f"{job}.runs").read_text() == "1"
+    assert outcomes_of(client, job) == []
+
+
+def test_retry_hook_retries_a_passing_timeout_and_spends_its_budget_on_one_that_stays(
+    server: LiveServer, client: httpx.Client, tmp_path: Path
+) -> None:
+    once = retry(server, tmp_path, "retry-flap", "timeout-once")
+    assert once.returncode == 0, once.stderr
+    assert "decision retry;" in once.stderr
+    assert outcomes_of(client, "retry-flap") == [("succeeded", "retry", [])]
+    stays = retry(server, tmp_path, "retry-stuck", "timeout", LOGTRIAGE_MAX_ATTEMPTS="2")
+    assert stays.returncode == 1
+    assert "the budget (LOGTRIAGE_MAX_ATTEMPTS=2) is spent" in stays.stderr
+    assert (tmp_path / "retry-stuck.runs").read_text() == "2"
+    assert outcomes_of(client, "retry-stuck") == [("failed", "retry", [])]
+    assert len(job_analyses(client, "retry-stuck")) == 2
+
+
+def test_retry_hook_stops_when_the_service_is_away(tmp_path: Path) -> None:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("LOGTRIAGE_")}
+    full["PATH"] = f"{VENV_BIN}:{full.get('PATH', '/usr/bin:/bin')}"
+    full.update(
+        LOGTRIAGE_URL="http://127.0.0.1:9", LOGTRIAGE_SUBMIT_ARGS="--deadline 1", LOGTRIAGE_BACKOFF="0"
+    )
+    cmd = f"{sys.executable} {CLUSTER} --nodes a --fault oom --state {tmp_path / 'x.runs'}"
+    res = subprocess.run(["bash", str(RETRY), cmd], capture_output=True, text=True, env=full, timeout=120)
+    assert res.returncode == 1 and "not running it again (decision none)" in res.stderr
