@@ -67,6 +67,8 @@ def test_a_real_analysis_renders_its_cause_fix_recurrence_and_buttons(
     assert header == res["root_cause"]["title"]
     body = "\n".join(_texts(msg))
     assert "hardware.gpu_ecc_error" in body and "who acts: hardware" in body
+    # the job's action: retried without the host the log names
+    assert "*The job:* Retry the job without 10.12.0.33. (`retry_excluding`)" in body
     assert res["recurrence"]["total"] >= 2
     assert "job slack-b" in body and res["recurrence"]["summary"] in body.replace("&amp;", "&")
     actions = msg["blocks"][-1]
@@ -117,6 +119,12 @@ def test_an_unknown_result_says_what_to_collect() -> None:
     body = "\n".join(_texts(msg))
     assert msg["blocks"][0]["text"]["text"] == "No known failure matched"
     assert "possibly *cuda.out_of_memory*" in body and "first rank that failed" in body
+    assert "The job" not in body  # a resource without an action (stored before it existed) has none
+    res["action"] = {"decision": "investigate", "why": ["No known failure matched: <nothing> says"]}
+    body = "\n".join(
+        _texts(diagnosis(res, who_acts=who_acts, report_url="https://lt.example/a/1", feedback=False))
+    )
+    assert "*The job:* Investigate before rerunning" in body and "&lt;nothing&gt;" in body
     assert [e["action_id"] for e in msg["blocks"][-1]["elements"]] == ["open_report"]
 
 

@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from app.render.action import headline
+
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
 MAX_HEADER = 150
@@ -50,6 +52,20 @@ def mrkdwn(markdown: str) -> str:
 
 _SOFT_BREAK = re.compile(r"[ \t]*\n(?![ \t]*(?:[-*+] |\d+[.)] |\n|$))[ \t]*")
 _LIST_ITEM = re.compile(r"^([ \t]*)[-*+] ", re.M)
+
+
+def _action(resource: dict[str, Any], report_url: str) -> list[dict[str, Any]]:
+    """The job's action, one section: the decision in words, the reason, the history if any."""
+    action = resource.get("action") or {}
+    if not action.get("decision"):
+        return []
+    lines = [f"*The job:* {escape(headline(action))} (`{escape(str(action['decision']))}`)"]
+    why = [str(w) for w in action.get("why") or []]
+    if why:
+        lines.append(escape(clip(why[0], 400)))
+    if action.get("history"):
+        lines.append(escape(clip(why[-1], 300)))
+    return [_section("\n".join(lines), report_url)]
 
 
 def _unwrap(markdown: str) -> str:
@@ -135,6 +151,7 @@ def diagnosis(
             blocks.append(
                 _section(f"{where}\n{_code(str(line.get('text', '')), 800, report_url)}", report_url)
             )
+        blocks += _action(resource, report_url)
         remediation = str(root.get("remediation") or "").strip()
         if remediation:
             cut = clip(remediation, 1200, more=" …")
@@ -170,6 +187,7 @@ def diagnosis(
                 report_url,
             )
         )
+        blocks += _action(resource, report_url)
     rec = resource.get("recurrence") or {}
     context: list[str] = []
     if rec.get("total", 0) > 1 and rec.get("summary"):
