@@ -362,6 +362,21 @@ class Outcome(Base):
     token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
 
 
+class OutcomeTally(Base):
+    """Outcomes counted per scope of the failure they followed (`class`: the class id, `rule`:
+    "class rule", `fingerprint`: the fingerprint), kept with each insert: the history of an
+    action is three primary-key reads however many outcomes there are."""
+
+    __tablename__ = "outcome_tallies"
+
+    scope: Mapped[str] = mapped_column(String(12), primary_key=True)
+    key: Mapped[str] = mapped_column(String(210), primary_key=True)
+    retries: Mapped[int] = mapped_column(Integer, default=0)
+    retries_ok: Mapped[int] = mapped_column(Integer, default=0)
+    fixes: Mapped[int] = mapped_column(Integer, default=0)
+    fixes_ok: Mapped[int] = mapped_column(Integer, default=0)
+
+
 class HostClearance(Base):
     """An operator cleared a host (repaired, replaced): its hardware failures before this time no
     longer count towards the exclusion list."""

@@ -1,6 +1,7 @@
 """Outcomes: how the next attempt of a failed job ended, linked to the analysed failure it
 followed (issue 24: the measured history behind an analysis' action); host clearances: an
-operator's "this node was repaired", after which its earlier hardware failures stop counting.
+operator's "this node was repaired", after which its earlier hardware failures stop counting;
+the outcomes' tallies per class, rule and fingerprint (the history is read from them).
 
 Revision ID: 0007
 Revises: 0006
@@ -55,6 +56,16 @@ def upgrade() -> None:
     op.create_index("ix_outcomes_fingerprint", "outcomes", ["fingerprint"], unique=False)
     op.create_index("ix_outcomes_job_id", "outcomes", ["job_id"], unique=False)
     op.create_table(
+        "outcome_tallies",
+        sa.Column("scope", sa.String(length=12), nullable=False),
+        sa.Column("key", sa.String(length=210), nullable=False),
+        sa.Column("retries", sa.Integer(), nullable=False),
+        sa.Column("retries_ok", sa.Integer(), nullable=False),
+        sa.Column("fixes", sa.Integer(), nullable=False),
+        sa.Column("fixes_ok", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("scope", "key", name=op.f("pk_outcome_tallies")),
+    )
+    op.create_table(
         "host_clearances",
         sa.Column("host", sa.String(length=255), nullable=False),
         sa.Column("cleared_at", sa.DateTime(timezone=True), nullable=False),
@@ -72,6 +83,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("host_clearances")
+    op.drop_table("outcome_tallies")
     for name in (
         "ix_outcomes_job_id",
         "ix_outcomes_fingerprint",

@@ -5,11 +5,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
-from sqlalchemy import case, func, literal, select
+from sqlalchemy import select, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db.models import Analysis, Outcome, utcnow
+from app.db.models import Analysis, Outcome, OutcomeTally, utcnow
 
 RETRIES = ("retry", "retry_excluding")
 
@@ -71,6 +72,7 @@ def add_outcome(
         with session.begin_nested():
             session.add(row)
             session.flush()
+            _tally(session, row)
     except IntegrityError:
         return None
     return row
@@ -84,29 +86,53 @@ def outcomes_of_job(session: Session, *, job_id: str, limit: int = 100) -> list[
     )
 
 
+def _keys(failure_class: str, rule_id: str | None, fingerprint: str | None) -> list[tuple[str, str]]:
+    keys = [("class", failure_class)]
+    if rule_id:
+        keys.append(("rule", f"{failure_class} {rule_id}"))
+    if fingerprint:
+        keys.append(("fingerprint", fingerprint))
+    return keys
+
+
+def _tally(session: Session, row: Outcome) -> None:
+    """Count an outcome into its scopes' tallies (an atomic upsert: concurrent hooks add up)."""
+    if row.failure_class is None or row.action is None:
+        return
+    retried = row.action in RETRIES
+    ok = row.status == "succeeded"
+    add = {
+        "retries": int(retried),
+        "retries_ok": int(retried and ok),
+        "fixes": int(not retried),
+        "fixes_ok": int(not retried and ok),
+    }
+    is_pg = session.get_bind().dialect.name == "postgresql"
+    ins = postgresql.insert(OutcomeTally) if is_pg else sqlite.insert(OutcomeTally)
+    stmt = ins.on_conflict_do_update(
+        index_elements=["scope", "key"], set_={k: getattr(OutcomeTally, k) + ins.excluded[k] for k in add}
+    )
+    keys = sorted(_keys(row.failure_class, row.rule_id, row.fingerprint))  # one lock order for all
+    session.execute(stmt, [{"scope": sc, "key": k, **add} for sc, k in keys])
+
+
+# built once: a select built per call (the ORM's expressions, an IN of tuples) cost ~1 ms on
+# SQLite, ten times the reads themselves
+_COUNTS = text(
+    "SELECT scope, retries, retries_ok, fixes, fixes_ok FROM outcome_tallies"
+    " WHERE (scope = 'class' AND key = :cls) OR (scope = 'rule' AND key = :rule)"
+    " OR (scope = 'fingerprint' AND key = :fp)"
+)
+
+
 def outcome_counts(
     session: Session, *, failure_class: str, rule_id: str | None, fingerprint: str | None
 ) -> Counts:
-    """Reruns and successes after failures like this one, per scope (one indexed query)."""
-    retried = Outcome.action.in_(RETRIES)
-    ok = Outcome.status == "succeeded"
-    same_fp = (Outcome.fingerprint == fingerprint) if fingerprint else literal(False)
-    same_rule = (Outcome.rule_id == rule_id) if rule_id else literal(False)
-    stmt = (
-        select(
-            same_fp,
-            same_rule,
-            func.sum(case((retried, 1), else_=0)),
-            func.sum(case((retried & ok, 1), else_=0)),
-            func.sum(case((~retried, 1), else_=0)),
-            func.sum(case((~retried & ok, 1), else_=0)),
-        )
-        .where(Outcome.failure_class == failure_class, Outcome.action.is_not(None))
-        .group_by(same_fp, same_rule)
-    )
-    out: dict[str, list[int]] = {s: [0, 0, 0, 0] for s in ("fingerprint", "rule", "class")}
-    for same_fp, same_rule, *nums in session.execute(stmt):
-        scopes = ["class"] + (["rule"] if same_rule else []) + (["fingerprint"] if same_fp else [])
-        for scope in scopes:
-            out[scope] = [a + int(b or 0) for a, b in zip(out[scope], nums, strict=True)]
-    return {k: (v[0], v[1], v[2], v[3]) for k, v in out.items()}
+    """Reruns and successes after failures like this one, per scope: at most three primary-key
+    reads of the tallies (the history is read on every stored and every read analysis)."""
+    params = {
+        "cls": failure_class,
+        "rule": f"{failure_class} {rule_id}" if rule_id else "",
+        "fp": fingerprint or "",
+    }
+    return {scope: (r, rok, f, fok) for scope, r, rok, f, fok in session.execute(_COUNTS, params)}
