@@ -308,6 +308,11 @@ class Settings(BaseSettings):
         description="Hook notifications: a failure with the fingerprint of one already posted to the "
         "channel within this many minutes goes into that post's thread as one line (0 = always post).",
     )
+    slack_hosts_channel: str | None = Field(
+        default=None,
+        description="Slack channel ID told when a host crosses the exclusion threshold (hardware "
+        "failures in LOGTRIAGE_SUSPECT_MIN_JOBS jobs within LOGTRIAGE_RECURRENCE_DAYS).",
+    )
 
     # --- `logtriage submit` (the client a failed job's hook runs) -----------------------------
     url: str | None = Field(

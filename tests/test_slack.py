@@ -776,3 +776,35 @@ def test_a_retriage_that_changes_the_result_updates_the_message(
     assert "hardware.gpu_ecc_error" in json.dumps(blocks_of(update))
     assert "updated after a re-triage" in json.dumps(blocks_of(update))
     assert len(posts(fake, channel)) == 1  # updated in place, nothing new posted
+
+
+def test_a_host_crossing_the_exclusion_threshold_is_told_once(
+    db_url: str, fake: FakeSlack, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = f"sqlite:///{tmp_path / 'hosts.db'}" if db_url.startswith("sqlite") else None
+    if url is None:
+        url = request.getfixturevalue("pg_schemas").new()
+    channel = "C0HOSTS001"
+    settings = slack_settings(tmp_path, url, fake, slack_hosts_channel=channel)
+    host = "10.66.0.7"
+    ecc = ECC_LOG.replace(b"10.12.0.33", host.encode())
+    with live_server(settings) as srv, srv.client() as c:
+        for n, job in enumerate(("lemon-1", "lemon-2", "lemon-3"), start=1):
+            r = c.post(
+                API,
+                content=f"job {job}\n".encode() + ecc,
+                params={"job_id": job},
+                headers={"Content-Type": "text/plain"},
+            )
+            assert r.status_code == 201, r.text
+            if n == 2:  # the second job makes it a lemon: one notice
+                fake.wait_for(lambda f: len(posts(f, channel)) == 1)
+                second = r.json()["id"]
+        # the third job adds to a host already listed: nothing new is said (the notice of the
+        # second is the only one once the third's analysis is stored and answered)
+        assert c.get(f"/api/v1/analyses/{r.json()['id']}").json()["suspect_hosts"][0]["jobs"] == 3
+    sent = posts(fake, channel)
+    assert len(sent) == 1
+    text = sent[0]["text"]
+    assert f"*{host}*: hardware failures in 2 jobs" in text and f"--exclude={host}" in text
+    assert f"/analyses/{second}" in text and "hardware.gpu_ecc_error" in text

@@ -34,7 +34,8 @@ from app.http.inputcheck import InputCheck
 from app.http.security import SecurityHeaders
 from app.http.serve import beat, drain_seconds, notify_warm, supervised
 from app.http.session import SessionCodec, load_secret
-from app.service import runtime, tokens
+from app.service import notify as notify_
+from app.service import present, runtime, tokens
 from app.service.analyses import AnalysisService
 from app.service.pool import ScanPool
 from app.service.worker import freeze_startup_heap
@@ -84,7 +85,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         library = await asyncio.to_thread(load_library, settings.rules_dir)
         pool = ScanPool(settings)
         service = AnalysisService(settings=settings, db=db, store=store, pool=pool)
-        app.state.ctx = AppContext(
+        app.state.ctx = ctx = AppContext(
             settings=settings,
             db=db,
             store=store,
@@ -97,6 +98,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
                 hours=settings.session_hours,
                 secure=secure_cookies(settings),
             ),
+        )
+
+        # the ledger's notice goes wherever the service tells people (the Slack bot, if any)
+        service.on_hosts_flagged = lambda aid, hosts: notify_.hosts_flagged(
+            ctx, analysis_id=aid, hosts=[present.suspect_dict(h) for h in hosts]
         )
 
         def _tokens() -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,6 +170,8 @@ class AnalysisService:
         self.store = store
         self.pool = pool
         self.runner = runner_id()
+        # told (on the event loop) when a stored analysis puts hosts over the exclusion threshold
+        self.on_hosts_flagged: Callable[[str, list[repo.SuspectHost]], None] | None = None
         self._tasks: set[asyncio.Task[Completed]] = set()
         self._queue: deque[tuple[str, ScanOutcome, asyncio.Future[Completed]]] = deque()
         self._writer: asyncio.Task[None] | None = None
@@ -429,6 +431,15 @@ class AnalysisService:
                     fut.set_result(res)
                 else:
                     fut.set_exception(res)
+            for res in results:
+                if isinstance(res, Completed) and self.on_hosts_flagged is not None:
+                    crossed = [
+                        s
+                        for s in res.standing.suspects
+                        if s.jobs == self.settings.suspect_min_jobs and s.latest_analysis_id == res.row.id
+                    ]
+                    if crossed:  # this analysis put them over the threshold: said once, here
+                        self.on_hosts_flagged(res.row.id, crossed)
 
     def _persist_batch(
         self, batch: list[tuple[str, ScanOutcome, repo.Draft | None]]

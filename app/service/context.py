@@ -28,6 +28,9 @@ class Notifier(Protocol):
     def analysis_changed(self, *, analysis_id: str, base: str, note: str) -> None:
         """Update what was posted about the analysis (it was re-triaged)."""
 
+    def hosts_flagged(self, *, analysis_id: str, hosts: list[dict[str, Any]]) -> None:
+        """Tell operators that hosts crossed the exclusion threshold with this analysis."""
+
 
 @dataclass(kw_only=True)
 class ServiceContext:

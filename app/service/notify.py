@@ -14,7 +14,7 @@ from typing import Any
 from app.errors import ValidationFailedError
 from app.service.context import Notifier, ServiceContext
 
-__all__ = ["Notifier", "announce_change", "check_channel", "notify_later"]
+__all__ = ["Notifier", "announce_change", "check_channel", "hosts_flagged", "notify_later"]
 
 
 def check_channel(ctx: ServiceContext, *, channel: str) -> None:
@@ -39,3 +39,9 @@ def notify_later(
 def announce_change(ctx: ServiceContext, *, analysis_id: str, base: str, note: str) -> None:
     if ctx.notifier is not None:
         ctx.notifier.analysis_changed(analysis_id=analysis_id, base=base, note=note)
+
+
+def hosts_flagged(ctx: ServiceContext, *, analysis_id: str, hosts: list[dict[str, Any]]) -> None:
+    """Hosts this analysis put over the exclusion threshold (the lemon-node ledger)."""
+    if ctx.notifier is not None and hosts:
+        ctx.notifier.hosts_flagged(analysis_id=analysis_id, hosts=hosts)

@@ -546,6 +546,28 @@ class SlackBot:
     def analysis_changed(self, *, analysis_id: str, base: str, note: str) -> None:
         self.spawn(self.refresh(analysis_id=analysis_id, base=base, note=note), name="refresh")
 
+    def hosts_flagged(self, *, analysis_id: str, hosts: list[dict[str, Any]]) -> None:
+        channel = self.settings.slack_hosts_channel
+        if channel:
+            self.spawn(self._post_hosts(channel, analysis_id=analysis_id, hosts=hosts), name="hosts")
+
+    async def _post_hosts(self, channel: str, *, analysis_id: str, hosts: list[dict[str, Any]]) -> None:
+        base = self.default_base.rstrip("/")
+        s = self.settings
+        lines = []
+        for h in hosts:
+            name = blocks.escape(str(h["host"]))
+            classes = blocks.escape(", ".join(h.get("classes") or []))
+            lines.append(
+                f":warning: *{name}*: hardware failures in {h['jobs']} jobs within {s.recurrence_days} days "
+                f"({classes}); leave it out (`--exclude={name}`) and have it checked"
+            )
+        lines.append(
+            f"Latest: <{base}/analyses/{analysis_id}|the report> · the list: "
+            f"`GET {base}/api/v1/hosts/exclude` · after a repair: `POST {base}/api/v1/hosts/HOST/clear`"
+        )
+        await self._post_text(channel, thread_ts=None, text="\n".join(lines))
+
     def notify_later(
         self, *, analysis_id: str, channel: str, base: str, pending: asyncio.Task[Any] | None
     ) -> None:
