@@ -68,7 +68,9 @@ _NCCL = regex.compile(r"(?<![\w.-])(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \
 _NCCL_MARK = "] NCCL "
 _REPEATED = regex.compile(r"\[repeated (?P<n>\d+)x across cluster\]\s*$")
 _REPEATED_MARK = "[repeated "
-_RANK_WORD = regex.compile(r"\[(?:Rank|rank) (?P<rank>\d+)\]|\brank[ =:](?P<rank2>\d+)\b")
+# "[Rank 3]", "rank=3", and a logging format's "INFO [rank3] name:" (torchrun's prefix without
+# its colon, inside the line: a job run without --tee prints it that way in its own records)
+_RANK_WORD = regex.compile(r"\[(?:Rank|rank) ?(?P<rank>\d+)\]|\brank[ =:](?P<rank2>\d+)\b")
 _RANK_WORD_MARK = "ank"
 
 

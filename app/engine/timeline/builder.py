@@ -292,6 +292,20 @@ def judge_collectives(
                 )
                 out.append(Verdict("uniform", summary, [], seq=lo, evidence=ev))
                 continue
+            caught_up = _caught_up_after(group, behind=behind, front=front)
+            if caught_up:
+                # the ranks ahead started their collective only after the others had given up:
+                # they were behind when the job stalled and caught up later (the first timeout's
+                # collective completed against a rank not yet torn down), not a skipped collective
+                first = min((r for r in group if r.rank in behind), key=lambda r: r.time or 0.0)
+                summary = (
+                    f"{_who(behind)} timed out first, on sequence {lo} ({_size(first)}); {_who(front)} "
+                    f"issued sequence {hi} only after that, and timed out later ({caught_up}): "
+                    f"{'it was' if len(front) == 1 else 'they were'} behind when the job stalled - a "
+                    "straggler, or stuck outside NCCL, not a skipped collective"
+                )
+                out.append(Verdict("straggler", summary, front, seq=lo, evidence=ev))
+                continue
             summary = (
                 f"ranks are blocked on different collectives: {_who(behind)} on sequence {lo}, "
                 f"{_who(front)} on {hi}: {_who(behind)} issued {hi - lo} collective(s) fewer - one "
@@ -299,6 +313,22 @@ def judge_collectives(
             )
             out.append(_desync("desync", summary, behind, lo, ev))
     return out
+
+
+def _caught_up_after(group: list[CollectiveRow], *, behind: list[int], front: list[int]) -> str:
+    """How much later the ranks ahead started the collective they timed out on than the ranks
+    behind timed out ("" when they did not, or the lines lack the times): a rank that only
+    issued its collective after the others had already given up was behind when the job
+    stalled. In a desync every rank is stuck from about the same moment."""
+    first_out = min((r.time for r in group if r.rank in behind and r.time is not None), default=None)
+    starts = [
+        r.time - r.timeout_ms / 1000
+        for r in group
+        if r.rank in front and r.time is not None and r.timeout_ms is not None
+    ]
+    if first_out is None or len(starts) < len(front) or min(starts) <= first_out:
+        return ""
+    return f"it started {min(starts) - first_out:.0f} s after the first timeout"
 
 
 def _names(ranks: Iterable[int]) -> str:
@@ -957,6 +987,10 @@ def build(scans: Sequence[Any]) -> Timeline:
     for v in verdicts:
         if v.phase is None and v.ranks:
             phases = [tl.ranks[r].phase for r in v.ranks if r in tl.ranks and tl.ranks[r].phase]
+            if not phases and v.kind == "straggler":
+                # a straggler that caught up and went on has no phase of its own at the end; the
+                # ranks that waited for it are still where the job stalled
+                phases = [st.phase for r, st in sorted(tl.ranks.items()) if r not in v.ranks and st.phase]
             v.phase = phases[0] if phases else None
     tl.verdicts = verdicts
     tl.slowdown = fail_slow(scans)
