@@ -281,3 +281,96 @@ def test_retry_hook_stops_when_the_service_is_away(tmp_path: Path) -> None:
     cmd = f"{sys.executable} {CLUSTER} --nodes a --fault oom --state {tmp_path / 'x.runs'}"
     res = subprocess.run(["bash", str(RETRY), cmd], capture_output=True, text=True, env=full, timeout=120)
     assert res.returncode == 1 and "not running it again (decision none)" in res.stderr
+
+
+# --- the SLURM epilog acting on the decision (LOGTRIAGE_REQUEUE=1), with a stand-in scontrol ----
+
+FAKE_SCONTROL = ROOT / "tests" / "hooks" / "fake_scontrol.py"
+
+
+def _wait_until(pred, what: str, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _epilog(server: LiveServer, tmp_path: Path, job: str, state: dict) -> subprocess.CompletedProcess[str]:  # type: ignore[type-arg]
+    import json
+    import socket
+
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir(exist_ok=True)
+    if not (fakebin / "scontrol").exists():
+        (fakebin / "scontrol").symlink_to(FAKE_SCONTROL)
+    state_file = tmp_path / f"{job}.json"
+    state.setdefault("BatchHost", socket.gethostname())
+    state_file.write_text(json.dumps(state))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOGTRIAGE_", "SLURM_"))}
+    env.update(
+        SLURM_JOB_ID=job,
+        LOGTRIAGE_URL=server.url,
+        LOGTRIAGE_BIN=str(Path(VENV_BIN) / "logtriage"),
+        LOGTRIAGE_REQUEUE="1",
+        LOGTRIAGE_PATH=f"{fakebin}:/usr/bin:/bin",
+        LOGTRIAGE_EPILOG_LOG=str(tmp_path / "epilog.log"),
+        FAKE_SLURM_STATE=str(state_file),
+    )
+    return subprocess.run(
+        ["bash", str(HOOKS / "slurm-epilog.sh")], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def _state(tmp_path: Path, job: str) -> dict:  # type: ignore[type-arg]
+    import json
+
+    return json.loads((tmp_path / f"{job}.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_slurm_epilog_requeues_a_gpu_fault_without_its_node_and_reports_how_it_ended(
+    server: LiveServer, client: httpx.Client, tmp_path: Path
+) -> None:
+    import uuid
+
+    from tests.servicekit import ECC, training_log
+
+    job = f"77{uuid.uuid4().int % 10**6}"
+    out = tmp_path / f"slurm-{job}.out"
+    out.write_text(training_log(ECC.format(ip="10.8.0.3"), job=job))
+    base = {"JobId": job, "ExitCode": "1:0", "StdOut": str(out), "StdErr": str(out), "Partition": "gpu"}
+    res = _epilog(server, tmp_path, job, {**base, "Restarts": 0, "ExcNodeList": "(null)"})
+    assert res.returncode == 0, res.stderr
+    _wait_until(lambda: _state(tmp_path, job).get("requeued") == 1, "the requeue")
+    st = _state(tmp_path, job)
+    assert st["ExcNodeList"] == "10.8.0.3" and st["Restarts"] == 1
+    assert ["update", f"JobId={job}", "ExcNodeList=10.8.0.3"] in st["calls"]
+    # the requeued attempt passes: the epilog of that attempt reports it (nothing to requeue)
+    res = _epilog(
+        server, tmp_path, job, {**base, "ExitCode": "0:0", "Restarts": 1, "ExcNodeList": "10.8.0.3"}
+    )
+    assert res.returncode == 0
+    _wait_until(lambda: client.get(f"/api/v1/jobs/{job}/outcomes").json() != [], "the outcome")
+    assert [
+        (o["status"], o["action"], o["excluded_hosts"])
+        for o in client.get(f"/api/v1/jobs/{job}/outcomes").json()
+    ] == [("succeeded", "retry_excluding", ["10.8.0.3"])]
+
+
+def test_slurm_epilog_leaves_a_config_fault_failed(
+    server: LiveServer, client: httpx.Client, tmp_path: Path
+) -> None:
+    import uuid
+
+    from tests.servicekit import training_log
+
+    job = f"78{uuid.uuid4().int % 10**6}"
+    out = tmp_path / f"slurm-{job}.out"
+    out.write_text(training_log(OOM.format(gib="6.00"), job=job))
+    state = {"JobId": job, "ExitCode": "1:0", "StdOut": str(out), "StdErr": str(out), "Partition": "gpu"}
+    assert _epilog(server, tmp_path, job, {**state, "Restarts": 0, "ExcNodeList": "(null)"}).returncode == 0
+    log = tmp_path / "epilog.log"
+    _wait_until(lambda: log.exists() and f"job {job} not requeued" in log.read_text(), "the epilog's verdict")
+    assert f"job {job} not requeued (decision fix_and_rerun)" in log.read_text()
+    assert _state(tmp_path, job).get("requeued") is None
