@@ -107,6 +107,7 @@ def test_other_recipes_are_valid() -> None:
     for script in ("logtriage-wrap.sh", "slurm-epilog.sh", "logtriage-retry.sh"):
         subprocess.run(["bash", "-n", str(HOOKS / script)], check=True)
     py_compile.compile(str(HOOKS / "ray_job_driver.py"), doraise=True)
+    py_compile.compile(str(FAKE_RAY / "ray" / "job_submission.py"), doraise=True)
     wf = yaml.safe_load((HOOKS / "argo-onexit.yaml").read_text())
     assert wf["spec"]["onExit"] == "logtriage-on-exit"
     docs = (ROOT / "docs" / "hooks.md").read_text()
@@ -374,3 +375,59 @@ def test_slurm_epilog_leaves_a_config_fault_failed(
     _wait_until(lambda: log.exists() and f"job {job} not requeued" in log.read_text(), "the epilog's verdict")
     assert f"job {job} not requeued (decision fix_and_rerun)" in log.read_text()
     assert _state(tmp_path, job).get("requeued") is None
+
+
+# --- the Ray job driver acting on the decision, with a stand-in for ray.job_submission --------
+
+FAKE_RAY = ROOT / "tests" / "hooks" / "fake_ray"
+
+
+def _ray_driver(
+    server: LiveServer, tmp_path: Path, fault: str, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGTRIAGE_")}
+    env.update(
+        PATH=f"{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}",
+        PYTHONPATH=str(FAKE_RAY),
+        LOGTRIAGE_URL=server.url,
+        FAKE_RAY_STATE=str(tmp_path / f"ray-{fault}.json"),
+    )
+    entry = [
+        sys.executable, str(CLUSTER), "--nodes", "10.6.0.1,10.6.0.2", "--bad", "10.6.0.1", "--fault", fault,
+        "--state", str(tmp_path / f"ray-{fault}.runs"), "--exclude=$LOGTRIAGE_EXCLUDE_HOSTS",
+    ]  # fmt: skip
+    cmd = [sys.executable, str(HOOKS / "ray_job_driver.py"), "--poll", "0.05", *extra, "--", *entry]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_ray_driver_resubmits_a_gpu_fault_without_its_node(
+    server: LiveServer, client: httpx.Client, tmp_path: Path
+) -> None:
+    import json
+
+    res = _ray_driver(server, tmp_path, "ecc", "--max-attempts", "3")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "leave out 10.6.0.1" in res.stdout
+    jobs = json.loads((tmp_path / "ray-ecc.json").read_text())
+    assert [j["status"] for j in jobs.values()] == ["FAILED", "SUCCEEDED"]
+    second = list(jobs.values())[1]
+    assert second["runtime_env"]["env_vars"] == {"LOGTRIAGE_EXCLUDE_HOSTS": "10.6.0.1"}
+    first_id = next(iter(jobs))
+    outcomes = client.get(f"/api/v1/jobs/{first_id}/outcomes").json()
+    assert [(o["status"], o["action"], o["attempt_id"]) for o in outcomes] == [
+        ("succeeded", "retry_excluding", "raysubmit_0002")
+    ]
+
+
+def test_ray_driver_stops_on_a_config_fault_and_keeps_the_old_behaviour_by_default(
+    server: LiveServer, client: httpx.Client, tmp_path: Path
+) -> None:
+    import json
+
+    res = _ray_driver(server, tmp_path, "oom", "--max-attempts", "3")
+    assert res.returncode == 1 and "not submitting it again (decision fix_and_rerun)" in res.stdout
+    assert len(json.loads((tmp_path / "ray-oom.json").read_text())) == 1
+    once = _ray_driver(server, tmp_path, "timeout")  # --max-attempts 1: report only
+    assert once.returncode == 1
+    jobs = json.loads((tmp_path / "ray-timeout.json").read_text())
+    assert len(jobs) == 1 and job_analyses(client, next(iter(jobs)))
