@@ -222,3 +222,22 @@ def test_a_host_behind_hardware_faults_in_two_jobs_is_listed_until_cleared(clien
     assert host not in [h["host"] for h in client.get(f"{API}/hosts/exclude").json()["hosts"]]
     failure(client, ECC.format(ip=host), uid())
     assert host in [h["host"] for h in client.get(f"{API}/hosts/exclude").json()["hosts"]]
+
+
+def test_the_hosts_page_lists_a_lemon_and_an_admin_clears_it(client: httpx.Client) -> None:
+    import re
+
+    host = f"10.78.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}"
+    for _ in range(2):
+        failure(client, ECC.format(ip=host), uid())
+    html = client.get("/hosts", headers={"Accept": "text/html"}).text
+    assert "Hosts to leave out" in html and f"<code>{host}</code>" in html
+    assert "--exclude=" in html and host in html.split("In your scheduler", 1)[1]
+    token = re.search(r'<meta name="csrf-token" content="([^"]+)"', html).group(1)  # type: ignore[union-attr]
+    forged = client.post("/hosts/clear", data={"csrf_token": "nope", "host": host})
+    assert forged.status_code == 403
+    assert host in client.get("/hosts", headers={"Accept": "text/html"}).text
+    r = client.post("/hosts/clear", data={"csrf_token": token, "host": host, "note": "GPU <3> swapped"})
+    assert r.status_code == 303 and r.headers["location"] == f"/hosts?cleared={host}"
+    after = client.get(r.headers["location"], headers={"Accept": "text/html"}).text
+    assert f"Cleared <strong>{host}</strong>" in after and f"<code>{host}</code>" not in after

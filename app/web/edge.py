@@ -17,7 +17,7 @@ from app.http.context import AppContext
 from app.http.edge import Edge
 from app.render.html import inline, markdown_block
 from app.web.pages import STATIC_DIR
-from app.web.routes import auth, docs, history, report, rules, trends, upload, viewer
+from app.web.routes import auth, docs, history, hosts, report, rules, trends, upload, viewer
 
 __all__ = ["PAGES", "TEMPLATES", "Page", "compile_templates", "edge", "make_templates", "nav_items"]
 
@@ -42,6 +42,7 @@ PAGES: tuple[Page, ...] = (
     Page("viewer", viewer.router),
     Page("rules", rules.router, nav=(3, "/rules", "Rules")),
     Page("trends", trends.router, nav=(2, "/trends", "Trends")),
+    Page("hosts", hosts.router, nav=(4, "/hosts", "Hosts")),
     Page("auth", auth.router),
     Page("docs", docs.router),
 )

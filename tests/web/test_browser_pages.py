@@ -84,6 +84,7 @@ PAGES: dict[str, tuple[str, str, str, str | None]] = {
     "rules": ("rules", "/rules", "", None),
     "rule": ("rules", "/rules/cuda-uncorrectable-ecc", "cuda-uncorrectable-ecc", None),
     "trends": ("trends", "/trends", "", None),
+    "hosts": ("hosts", "/hosts", "Hosts to leave out", None),
 }
 # /docs is Swagger UI: it has a test of its own below (test_docs_run_swagger_ui_from_static_only), not the axe requirement
 OWN_TESTS = {"docs"}
