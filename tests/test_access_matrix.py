@@ -78,6 +78,11 @@ ROUTES: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/rules/{rule_id}"): Need("read"),
     ("GET", "/api/v1/library"): Need("read"),
     ("GET", "/api/v1/stats"): Need("read"),
+    # issue 24: outcomes come from the same hooks as failures; the ledger is read and cleared
+    ("POST", "/api/v1/jobs/{job_id}/outcomes"): Need("ingest", ok=201),
+    ("GET", "/api/v1/jobs/{job_id}/outcomes"): Need("read"),
+    ("GET", "/api/v1/hosts/exclude"): Need("read"),
+    ("POST", "/api/v1/hosts/{host}/clear"): Need("admin"),
     # public: health, the API document and its docs, problem types, static assets, sign-in
     ("GET", "/healthz"): Need("public"),
     ("GET", "/readyz"): Need("public"),
@@ -99,6 +104,8 @@ ROUTES: dict[tuple[str, str], Need] = {
     ("GET", "/rules"): Need("read", kind="page"),
     ("GET", "/rules/{rule_id}"): Need("read", kind="page"),
     ("GET", "/trends"): Need("read", kind="page"),
+    ("GET", "/hosts"): Need("read", kind="page"),
+    ("POST", "/hosts/clear"): Need("admin", kind="page", ok=303, form=True),
     # the Slack bot (when installed): Slack's signature is its only credential
     ("POST", "/slack/events"): Need("slack"),
 }
@@ -309,6 +316,8 @@ def request_for(w: World, method: str, path: str, kind: str) -> tuple[LiveServer
         .replace("{rule_id}", w.rule_id)
         .replace("{position}", "0")
         .replace("{slug}", "not-found")
+        .replace("{job_id}", f"matrix-{uuid.uuid4().hex[:10]}")
+        .replace("{host}", "10.250.0.1")
     )
     if path == "/static":
         url = f"/static/{_static_file()}"
@@ -354,6 +363,12 @@ def request_for(w: World, method: str, path: str, kind: str) -> tuple[LiveServer
             req["data"] = {"token": w.tokens["read"], "csrf_token": fresh, "next": "/"}
     elif (method, path) == ("POST", "/logout"):
         req["data"] = {"csrf_token": csrf}
+    elif (method, path) == ("POST", "/api/v1/jobs/{job_id}/outcomes"):
+        req["json"] = {"status": "succeeded", "attempt_id": uuid.uuid4().hex}
+    elif (method, path) == ("POST", "/api/v1/hosts/{host}/clear"):
+        req["json"] = {"note": "access matrix"}
+    elif (method, path) == ("POST", "/hosts/clear"):
+        req["data"] = {"host": "10.250.0.2", "csrf_token": csrf}
     elif (method, path) == ("POST", "/slack/events"):
         req["json"] = {"type": "url_verification", "challenge": "x"}
     return srv, req
