@@ -104,7 +104,7 @@ class Action(BaseModel):
     decision: Decision
     why: list[str]  # the class's reason first, then the facts that decided it
     exclude_hosts: list[str] = Field(default_factory=list)  # for retry_excluding: as the log names them
-    basis: Literal["class", "rule", "history"] = "class"
+    basis: Literal["class", "rule", "facts", "history"] = "class"
     ambiguous: bool = False  # the class alone cannot tell transient from repeating: outcomes decide
     history: OutcomeHistory | None = None
 

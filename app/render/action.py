@@ -22,6 +22,11 @@ def headline(action: Any) -> str:
     decision = get("decision")
     hosts = list(get("exclude_hosts") or [])
     if decision == "retry":
+        if get("basis") == "history":
+            return "Retry the job as it is: reruns after this failure have usually passed here."
+        if get("ambiguous"):
+            # one log cannot tell a fault of the moment from one that repeats: say so, not "transient"
+            return "Retry once as it is: this often passes; if it fails the same way again, fix it instead."
         return "Retry the job as it is: the fault was transient."
     if decision == "retry_excluding":
         if hosts:

@@ -343,6 +343,16 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class VerdictCondition:
+    """A decision for some classes when the log states something (`conditions:` in
+    verdicts.yaml): `when` in the rules' expression language over the facts."""
+
+    classes: tuple[str, ...]
+    when: str
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
 class FrameworkDetector:
     name: str
     title: str
@@ -397,6 +407,7 @@ class Library:
     kinds: dict[str, Kind] = field(default_factory=dict)
     verdicts: dict[str, Verdict] = field(default_factory=dict)  # by class id
     rule_verdicts: dict[str, Verdict] = field(default_factory=dict)  # by rule id: overrides the class
+    verdict_conditions: tuple[VerdictCondition, ...] = ()  # the first that holds decides
     _by_id: dict[str, LoadedRule] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -486,11 +497,11 @@ def _load_classes(root: Path) -> tuple[dict[str, FailureClass], dict[str, Kind]]
 
 
 def _load_verdicts(
-    root: Path, classes: dict[str, FailureClass], rule_ids: set[str]
-) -> tuple[dict[str, Verdict], dict[str, Verdict]]:
+    root: Path, classes: dict[str, FailureClass], rule_ids: set[str], fact_names: set[str]
+) -> tuple[dict[str, Verdict], dict[str, Verdict], tuple[VerdictCondition, ...]]:
     path = root / "verdicts.yaml"
     if not path.exists():
-        return {}, {}
+        return {}, {}, ()
     data = _read_yaml(path) or {}
 
     def one(key: str, spec: Any, section: str) -> Verdict:
@@ -520,7 +531,27 @@ def _load_verdicts(
     by_rule = {rid: one(rid, spec, "rules") for rid, spec in (data.get("rules") or {}).items()}
     if set(by_rule) - rule_ids:
         raise RuleError(f"no such rule: {sorted(set(by_rule) - rule_ids)}", file=str(path), field="rules")
-    return by_class, by_rule
+    conditions = []
+    for i, spec in enumerate(data.get("conditions") or []):
+        where = f"conditions[{i}]"
+        if not isinstance(spec, dict) or not spec.get("classes") or not spec.get("when"):
+            raise RuleError(f"{where}: needs `classes` and `when`", file=str(path), field="conditions")
+        bad = sorted(set(spec["classes"]) - set(classes))
+        if bad:
+            raise RuleError(f"{where}: no such class {bad}", file=str(path), field="conditions")
+        when = str(spec["when"])
+        bare = stdlib_re.sub(r"([\"']).*?\1", "", when)  # names outside string literals
+        names = set(stdlib_re.findall(r"[A-Za-z_][A-Za-z0-9_]*", bare))
+        for args in stdlib_re.findall(r"has\(([^)]*)\)", when):
+            names |= set(stdlib_re.findall(r"[\"']([^\"']+)[\"']", args))
+        unknown = names - fact_names - {"has", "and", "or", "not", "in", "True", "False", "None"}
+        if unknown:
+            raise RuleError(
+                f"{where}: `when` names no fact {sorted(unknown)}", file=str(path), field="conditions"
+            )
+        verdict = one(where, {k: v for k, v in spec.items() if k not in ("classes", "when")}, "conditions")
+        conditions.append(VerdictCondition(tuple(spec["classes"]), when, verdict))
+    return by_class, by_rule, tuple(conditions)
 
 
 def _load_frameworks(root: Path) -> list[FrameworkDetector]:
@@ -628,7 +659,7 @@ def _library_key(root: Path) -> str:
     return h.hexdigest()[:24]
 
 
-_CACHE_FORMAT = "lib-4"
+_CACHE_FORMAT = "lib-5"
 
 
 def load_library(root: Path | None = None, *, cache_dir: Path | None = None) -> Library:
@@ -687,7 +718,7 @@ def _load_library(root: Path) -> Library:
             )
     changelog_path = root / "CHANGELOG.md"
     changelog = changelog_path.read_text(encoding="utf-8") if changelog_path.exists() else ""
-    verdicts, rule_verdicts = _load_verdicts(root, classes, set(seen))
+    verdicts, rule_verdicts, conditions = _load_verdicts(root, classes, set(seen), fact_names)
     return Library(
         version=str(meta["version"]),
         root=root,
@@ -699,4 +730,5 @@ def _load_library(root: Path) -> Library:
         kinds=kinds,
         verdicts=verdicts,
         rule_verdicts=rule_verdicts,
+        verdict_conditions=conditions,
     )

@@ -8,10 +8,12 @@ counts the outcomes and passes the counts in.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from collections.abc import Mapping, Sequence
 
 from app.engine.models import Action, Finding, OutcomeHistory, PossibleCause
+from app.engine.pipeline.expr import ExprError, Missing, Scope, holds, render_template
 from app.engine.pipeline.library import Library, Verdict
 
 __all__ = ["MIN_OUTCOMES", "OutcomeCounts", "decide", "real_host", "with_history"]
@@ -36,6 +38,17 @@ def real_host(host: str) -> bool:
     except ValueError:
         return True
     return not (ip.is_loopback or ip.is_unspecified)
+
+
+def _by_facts(library: Library, root: Finding, scope: Scope) -> Verdict | None:
+    """The first `conditions:` entry of verdicts.yaml for the root's class that the log's facts
+    satisfy (a condition that cannot be evaluated does not hold)."""
+    for cond in library.verdict_conditions:
+        if root.failure_class in cond.classes:
+            with contextlib.suppress(ExprError):
+                if holds(cond.when, scope):
+                    return cond.verdict
+    return None
 
 
 def _where(f: Finding) -> str:
@@ -64,10 +77,17 @@ def decide(
             named = ", ".join(f"{p.title} [{p.failure_class}]" for p in possible[:3])
             why.append(f"The log suggests: {named}; what would decide each is listed with it.")
         return Action(decision="investigate", why=why)
-    verdict = library.rule_verdicts.get(root.rule_id)
-    basis = "rule" if verdict else "class"
+    scope = Scope(facts=facts)
+    verdict, basis = _by_facts(library, root, scope), "facts"
+    if verdict is None:
+        verdict = library.rule_verdicts.get(root.rule_id)
+        basis = "rule" if verdict else "class"
     verdict = verdict or library.verdicts.get(root.failure_class) or _UNKNOWN
-    why = [verdict.why, f"Root cause: {root.title} [{root.failure_class}]{_where(root)}."]
+    reason = verdict.why
+    if basis == "facts":
+        with contextlib.suppress(Missing, ExprError, TypeError, ValueError):
+            reason = render_template(verdict.why, scope)
+    why = [reason, f"Root cause: {root.title} [{root.failure_class}]{_where(root)}."]
     hosts: list[str] = []
     if verdict.decision == "retry_excluding":
         hosts = sorted({h for h in root.hosts if real_host(h)})
@@ -82,8 +102,6 @@ def decide(
     steps = facts.get("metric_lines")
     if verdict.ambiguous and isinstance(steps, int) and steps > 0:
         why.append(f"It ran {steps} logged training step{'s' if steps != 1 else ''} before failing.")
-    if verdict.ambiguous and verdict.decision in ("retry", "retry_excluding"):
-        why.append("Retry once: if it fails the same way again, it is not transient: fix it instead.")
     return Action(
         decision=verdict.decision,  # type: ignore[arg-type]  # checked against DECISIONS at load
         why=why,
@@ -135,9 +153,6 @@ def with_history(action: Action, counts: OutcomeCounts) -> Action:
         elif decision in ("retry", "retry_excluding"):
             basis = "history"
             line += " Reruns usually pass here."
-    why = (
-        [w for w in action.why if not w.startswith("Retry once:")] if basis == "history" else list(action.why)
-    )
     return action.model_copy(
-        update={"decision": decision, "basis": basis, "history": hist, "why": [*why, line]}
+        update={"decision": decision, "basis": basis, "history": hist, "why": [*action.why, line]}
     )
