@@ -18,6 +18,7 @@ from app.web.charts import _e, metric_chart
 from app.web.report_view import file_index, viewer_href
 
 MAX_LANES = 32  # the named ranks always get one
+PAD_S = 30.0  # seconds either side of a timeline whose lines all carry one time
 LANE_H, LANE_GAP, LEFT, RIGHT, TOP, BOTTOM, WIDTH = 16, 6, 64, 16, 8, 26, 760
 # metric names the history charts prefer, in order (loss first, then the step time)
 CHART_METRICS = [
@@ -72,7 +73,12 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
     starts = [t for r in shown if (t := iso_seconds(r.get("first_time"))) is not None]
     ends = [t for r in shown if (t := iso_seconds(r.get("last_time"))) is not None]
     t0, t1 = min(starts or ends), max(ends)
-    span = (t1 - t0) or 1.0
+    real_span = t1 - t0
+    if real_span < 1:
+        # every line at one second: a window around it, or the lanes would span "0 s" from
+        # a time to the same time
+        t0, t1 = t0 - PAD_S, t1 + PAD_S
+    span = t1 - t0
     height = TOP + len(shown) * (LANE_H + LANE_GAP) + BOTTOM
     files = file_index(resource)
 
@@ -101,11 +107,15 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
             f'<text x="{LEFT - 8}" y="{y + LANE_H - 4}" text-anchor="end">'
             f"{'▶ ' if r['rank'] in named else ''}rank {r['rank']}</text>"
         )
-        label = f"rank {r['rank']}: {_clock(first)} to {_clock(last)}"
+        label = (
+            f"rank {r['rank']}: {_clock(first)} to {_clock(last)}"
+            if last - first >= 1
+            else f"rank {r['rank']}: its timed lines all at {_clock(first)}"
+        )
         if r.get("phase"):
             label += f", last phase {r['phase']}"
         parts.append(
-            f'<rect class="{cls}" x="{sx(first):.1f}" y="{y}" width="{max(2.0, sx(last) - sx(first)):.1f}" '
+            f'<rect class="{cls}" x="{sx(first):.1f}" y="{y}" width="{max(6.0, sx(last) - sx(first)):.1f}" '
             f'height="{LANE_H}" rx="3"><title>{_e(label)}</title></rect>'
         )
         act = r.get("last_activity") or {}
@@ -127,8 +137,9 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
     axis_y = height - BOTTOM + 16
     parts.append(f'<text x="{LEFT}" y="{axis_y}">{_clock(t0)} UTC</text>')
     parts.append(f'<text x="{WIDTH - RIGHT}" y="{axis_y}" text-anchor="end">{_clock(t1)} UTC</text>')
+    middle = f"{real_span:.0f} s" if real_span >= 1 else f"all at {_clock(t0 + PAD_S)}"
     parts.append(
-        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{axis_y}" text-anchor="middle">{span:.0f} s</text>'
+        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{axis_y}" text-anchor="middle">{_e(middle)}</text>'
     )
     parts.append("</svg>")
     return markupsafe.Markup("".join(parts))
