@@ -19,7 +19,7 @@ from app.web.report_view import file_index, viewer_href
 
 MAX_LANES = 32  # the named ranks always get one
 PAD_S = 30.0  # seconds either side of a timeline whose lines all carry one time
-LANE_H, LANE_GAP, TOP, BOTTOM = 16, 6, 8, 26
+LANE_H, LANE_GAP, TOP, BOTTOM = 16, 6, 8, 6  # BOTTOM: below the last label's baseline
 GUTTER = 84  # px for the lane names ("▶ rank 31" at 13 px)
 # metric names the history charts prefer, in order (loss first, then the step time)
 CHART_METRICS = [
@@ -80,7 +80,8 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
         # a time to the same time
         t0, t1 = t0 - PAD_S, t1 + PAD_S
     span = t1 - t0
-    height = TOP + len(shown) * (LANE_H + LANE_GAP) + BOTTOM + 18
+    axis_y = TOP + len(shown) * (LANE_H + LANE_GAP) + 14  # the two ends' times; the span below
+    height = axis_y + 18 + BOTTOM
     files = file_index(resource)
 
     def sx(t: float) -> float:
@@ -135,7 +136,6 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
                 f'<line class="fail" x1="{_x(sx(tf))}" x2="{_x(sx(tf))}" y1="{y - 2}" y2="{y + LANE_H + 2}">'
                 f"<title>{_e(f'first error line at {_clock(tf)}')}</title></line>"
             )
-    axis_y = height - BOTTOM + 18
     plot.append(f'<text x="0" y="{axis_y}">{_clock(t0)} UTC</text>')
     plot.append(f'<text x="100%" y="{axis_y}" text-anchor="end">{_clock(t1)} UTC</text>')
     # under the two ends, not between them: on a phone the three would meet
