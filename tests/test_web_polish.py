@@ -106,11 +106,11 @@ def test_lanes_with_one_time_for_every_line_show_a_window_not_zero_seconds() -> 
     svg = str(lanes_svg({"id": "A", "files": []}, _timeline(t, t)))
     assert "0 s<" not in svg
     assert "all at 20:11:43" in svg
-    times = re.findall(r">(\d\d:\d\d:\d\d) UTC<", svg)
+    times = re.findall(r">(\d\d:\d\d:\d\d)<", svg)
     assert len(times) == 2 and times[0] != times[1], times
     assert "its timed lines all at 20:11:43" in svg
 
 
 def test_lanes_of_a_real_span_say_how_long() -> None:
     svg = str(lanes_svg({"id": "A", "files": []}, _timeline("2026-11-23T20:11:43Z", "2026-11-23T20:12:43Z")))
-    assert ">60 s<" in svg and "20:11:43 UTC" in svg and "20:12:43 UTC" in svg
+    assert ">60 s<" in svg and ">20:11:43<" in svg and ">20:12:43<" in svg

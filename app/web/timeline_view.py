@@ -136,8 +136,9 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
                 f'<line class="fail" x1="{_x(sx(tf))}" x2="{_x(sx(tf))}" y1="{y - 2}" y2="{y + LANE_H + 2}">'
                 f"<title>{_e(f'first error line at {_clock(tf)}')}</title></line>"
             )
-    plot.append(f'<text x="0" y="{axis_y}">{_clock(t0)} UTC</text>')
-    plot.append(f'<text x="100%" y="{axis_y}" text-anchor="end">{_clock(t1)} UTC</text>')
+    # the times without " UTC" (the caption says so): on a phone both fit side by side
+    plot.append(f'<text x="0" y="{axis_y}">{_clock(t0)}</text>')
+    plot.append(f'<text x="100%" y="{axis_y}" text-anchor="end">{_clock(t1)}</text>')
     # under the two ends, not between them: on a phone the three would meet
     middle = f"{real_span:.0f} s" if real_span >= 1 else f"all at {_clock(t0 + PAD_S)}"
     plot.append(f'<text x="50%" y="{axis_y + 18}" text-anchor="middle">{_e(middle)}</text>')

@@ -207,6 +207,19 @@ def test_charts_have_text_and_it_fits(web: Web, site: LiveServer, seeded: dict[s
                 })"""
             )
             assert not inside, f"{name}: chart labels outside their chart: {inside}"
+            overlaps = page.evaluate(
+                """() => Array.from(document.querySelectorAll("main .chart")).flatMap((c) => {
+                  const rs = Array.from(c.querySelectorAll("text")).filter((t) => t.getClientRects().length)
+                    .map((t) => [t.textContent, t.getBoundingClientRect()]);
+                  const out = [];
+                  rs.forEach(([a, p], i) => rs.slice(i + 1).forEach(([b, q]) => {
+                    if (p.left < q.right - 1 && q.left < p.right - 1 && p.top < q.bottom - 1 && q.top < p.bottom - 1)
+                      out.push([a, b]);
+                  }));
+                  return out;
+                })"""
+            )
+            assert not overlaps, f"{name} {width}: chart labels overlap: {overlaps}"
 
 
 def test_history_filters_fold_on_a_phone_and_show_without_script(
