@@ -346,3 +346,35 @@ def test_docs_have_the_site_header(web: Web, site: LiveServer, seeded: dict[str,
         api = page.locator("header.site-header").get_by_role("link", name="API", exact=True)
         expect(api).to_have_attribute("aria-current", "page")
         screenshot(page, f"polish-docs-header-{suffix}-light")
+
+
+@pytest.mark.parametrize("name", ["history", "rules"])
+def test_tables_are_cards_on_a_phone(web: Web, site: LiveServer, seeded: dict[str, str], name: str) -> None:
+    for size, suffix in ((PHONE, "phone"), (LAPTOP, "laptop")):
+        page = open_page(web, site, seeded, name, viewport=size)
+        table = page.locator("main table.data.cards")
+        expect(table).to_be_visible()
+        head = page.evaluate(
+            """() => { const th = document.querySelector("main table.cards thead");
+              const td = document.querySelector("main table.cards tbody td[data-label]");
+              return [th.getBoundingClientRect().height, getComputedStyle(td, "::before").content,
+                      getComputedStyle(td).display]; }"""
+        )
+        if size is PHONE:
+            assert head[0] <= 1 and head[2] == "block" and head[1].strip('"') != "none", head
+        else:
+            assert head[0] > 10 and head[2] == "table-cell", head
+        rows = page.locator("main table.cards tbody tr")
+        box = rows.nth(min(2, rows.count() - 1)).bounding_box()
+        first = rows.first.bounding_box()
+        assert box is not None and first is not None
+        page.screenshot(
+            path=str(SCREENSHOTS / f"polish-{name}-cards-{suffix}-light.png"),
+            clip={
+                "x": 0,
+                "y": max(0, first["y"] - 60),
+                "width": size["width"],
+                "height": box["y"] + box["height"] - first["y"] + 70,
+            },
+            full_page=True,
+        )
