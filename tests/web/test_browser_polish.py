@@ -42,7 +42,16 @@ def seeded(site: LiveServer) -> dict[str, str]:
     ooms = [submit(site.url, [("train.log", TRACEBACK)], job_id=f"polish-oom-{i}") for i in range(3)]
     hang = submit(site.url, [("console.log", (GPU / "silent-rank-death" / "console.log").read_bytes())])
     desync = submit(site.url, [("console.log", (GPU / "ckpt-gather-deadlock" / "console.log").read_bytes())])
+    # two ranks whose every line carries the same second
+    same = "".join(
+        f"[default{r}]:2026-11-23 20:11:43,{ms:03d} INFO [rank{r}] trainer: step {step} loss 0.9\n"
+        for step, ms in ((1, 100), (2, 400))
+        for r in (0, 1)
+    )
+    same += "[default0]:2026-11-23 20:11:43,900 ERROR [rank0] trainer: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    one_time = submit(site.url, [("console.log", same)])
     return {
+        "one_time": one_time["id"],
         "ecc": ecc["id"],
         "oom0": ooms[0]["id"],
         "oom1": ooms[1]["id"],
@@ -378,3 +387,15 @@ def test_tables_are_cards_on_a_phone(web: Web, site: LiveServer, seeded: dict[st
             },
             full_page=True,
         )
+
+
+def test_lanes_of_one_second_show_a_window(web: Web, site: LiveServer, seeded: dict[str, str]) -> None:
+    for size, suffix in ((PHONE, "phone"), (LAPTOP, "laptop")):
+        page, _ = web.page(site.url, viewport=size)
+        page.goto(f"/analyses/{seeded['one_time']}#timeline")
+        chart = page.locator("#timeline .chart.lanes")
+        expect(chart).to_contain_text("all at 20:11:43")
+        expect(chart).not_to_contain_text(re.compile(r"^0 s$|\b0 s\b"))
+        ends = chart.locator("text").all_text_contents()
+        assert "20:11:13" in ends and "20:12:13" in ends, ends
+        chart.screenshot(path=str(SCREENSHOTS / f"polish-report-lanes-one-time-{suffix}-light.png"))
