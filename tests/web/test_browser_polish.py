@@ -399,3 +399,17 @@ def test_lanes_of_one_second_show_a_window(web: Web, site: LiveServer, seeded: d
         ends = chart.locator("text").all_text_contents()
         assert "20:11:13" in ends and "20:12:13" in ends, ends
         chart.screenshot(path=str(SCREENSHOTS / f"polish-report-lanes-one-time-{suffix}-light.png"))
+
+
+def test_report_root_card_on_a_phone(web: Web, site: LiveServer, seeded: dict[str, str]) -> None:
+    for theme in ("light", "dark"):
+        page, _ = web.page(site.url, viewport=PHONE, theme=theme)
+        page.goto(f"/analyses/{seeded['ecc']}")
+        code = page.locator(".root-card code.tok")
+        expect(code).to_have_text("hardware.gpu_ecc_error")
+        expect(code).to_have_attribute("title", "hardware.gpu_ecc_error")
+        box = code.bounding_box()
+        card = page.locator(".root-card").bounding_box()
+        assert box is not None and card is not None
+        assert box["height"] < 30 and box["x"] + box["width"] <= card["x"] + card["width"], (box, card)
+        page.screenshot(path=str(SCREENSHOTS / f"polish-report-root-card-phone-{theme}.png"))
