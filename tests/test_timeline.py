@@ -616,3 +616,38 @@ def test_a_first_failure_that_timed_out_itself_is_not_the_peer_the_others_waited
     a = _analyse(compiled, log)
     assert a.root_cause is not None and a.root_cause.rule_id != "torchrun-rank-failed-first"
     assert not any(v["failure_class"] == "python.unhandled_exception" for v in a.timeline["verdicts"])
+
+
+def test_a_separator_is_never_quoted_as_a_ranks_last_line(compiled: CompiledLibrary, tmp_path: Path) -> None:
+    """A row of asterisks after a rank's last step said nothing: the last line quoted is the step."""
+    lines = []
+    for step in range(1, 4):
+        for rank in (0, 1):
+            lines.append(
+                f"[default{rank}]:2026-11-23 20:11:{50 + step},000 INFO [rank{rank}] trainer: "
+                f"step {step} loss 0.9 step_time 0.1\n"
+            )
+    lines.append("[default1]:2026-11-23 20:11:54,500 INFO [rank1] trainer: " + "*" * 40 + "\n")
+    lines.append("[default1]:" + "-" * 40 + "\n")
+    lines.append("[default0]:2026-11-23 20:12:30,000 INFO [rank0] trainer: step 4 loss 0.9 step_time 0.1\n")
+    log = tmp_path / "console.log"
+    log.write_text("".join(lines))
+    a = _analyse(compiled, log)
+    ranks = {r["rank"]: r for r in a.timeline["ranks"]}
+    quoted = ranks[1]["last_activity"]["text"]
+    assert "step 3" in quoted, quoted
+
+
+@pytest.mark.parametrize("case", ["ckpt-gather-deadlock", "silent-ckpt-barrier-deadlock"])
+def test_every_evidence_line_quotes_the_line_it_names(compiled: CompiledLibrary, case: str) -> None:
+    """A desync read from a traceback is quoted at its exception's line, not at the line its
+    traceback began on (the report's label said one line and showed another's text)."""
+    path = GPU / case / "console.log"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    a = _analyse(compiled, path)
+    checked = 0
+    for f in a.findings:
+        for e in f.evidence:
+            assert e.text.strip() and e.text.strip() in lines[e.line - 1], (f.rule_id, e.line, e.text)
+            checked += 1
+    assert checked

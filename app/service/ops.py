@@ -11,7 +11,7 @@ import asyncio
 import datetime as dt
 import re
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -250,10 +250,11 @@ def load_report(ctx: ServiceContext, *, analysis_id: str, base: str, principal: 
         }
         others: list[dict[str, Any]] = []
         if row.fingerprint and principal.allows("read"):
+            # "before": a later analysis of the same failure is not part of this one's past
             rows, _ = repo.list_analyses(
-                s, filters=repo.AnalysisFilter(fingerprint=row.fingerprint), limit=11
+                s, filters=repo.AnalysisFilter(fingerprint=row.fingerprint, until=row.created_at), limit=10
             )
-            others = present.summaries(s, [r for r in rows if r.id != row.id][:10], base=base)
+            others = present.summaries(s, [r for r in rows if r.id != row.id], base=base)
     return Report(res, rule_texts, others)
 
 
@@ -315,6 +316,8 @@ class HistoryPage:
     count: int
     capped: bool  # at least `count` match; the count stopped there
     feedback: dict[str, dict[str, int]]
+    # the hosts the findings were seen on (the log's own, else the hook's), per analysis
+    hosts: dict[str, list[str]] = field(default_factory=dict)
 
 
 HISTORY_COUNT_CAP = 10_000
@@ -348,8 +351,9 @@ def history_page(
         )
         feedback = repo.feedback_counts(s, analysis_ids=[r.id for r in rows])
         summaries = present.summaries(s, rows, base=base)
+        hosts = repo.finding_hosts_of(s, analysis_ids=[r.id for r in rows])
     capped = count > HISTORY_COUNT_CAP
-    return HistoryPage(summaries, older, newer, min(count, HISTORY_COUNT_CAP), capped, feedback)
+    return HistoryPage(summaries, older, newer, min(count, HISTORY_COUNT_CAP), capped, feedback, hosts)
 
 
 def trends(ctx: ServiceContext, *, since: dt.datetime, until: dt.datetime, top: int = 10) -> dict[str, Any]:

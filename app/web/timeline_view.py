@@ -14,11 +14,13 @@ from typing import Any
 import markupsafe
 
 from app.render.timeline_table import Row, clock_notes, iso_seconds, rows
-from app.web.charts import _e, metric_chart
+from app.web.charts import PLOT_W, _e, _x, framed, metric_chart
 from app.web.report_view import file_index, viewer_href
 
 MAX_LANES = 32  # the named ranks always get one
-LANE_H, LANE_GAP, LEFT, RIGHT, TOP, BOTTOM, WIDTH = 16, 6, 64, 16, 8, 26, 760
+PAD_S = 30.0  # seconds either side of a timeline whose lines all carry one time
+LANE_H, LANE_GAP, TOP, BOTTOM = 16, 6, 8, 6  # BOTTOM: below the last label's baseline
+GUTTER = 84  # px for the lane names ("▶ rank 31" at 13 px)
 # metric names the history charts prefer, in order (loss first, then the step time)
 CHART_METRICS = [
     ("loss", ("loss", "lm loss", "lm_loss", "train/loss", "actor/pg_loss", "policy_loss")),
@@ -72,12 +74,18 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
     starts = [t for r in shown if (t := iso_seconds(r.get("first_time"))) is not None]
     ends = [t for r in shown if (t := iso_seconds(r.get("last_time"))) is not None]
     t0, t1 = min(starts or ends), max(ends)
-    span = (t1 - t0) or 1.0
-    height = TOP + len(shown) * (LANE_H + LANE_GAP) + BOTTOM
+    real_span = t1 - t0
+    if real_span < 1:
+        # every line at one second: a window around it, or the lanes would span "0 s" from
+        # a time to the same time
+        t0, t1 = t0 - PAD_S, t1 + PAD_S
+    span = t1 - t0
+    axis_y = TOP + len(shown) * (LANE_H + LANE_GAP) + 14  # the two ends' times; the span below
+    height = axis_y + 18 + BOTTOM
     files = file_index(resource)
 
     def sx(t: float) -> float:
-        return LEFT + (t - t0) / span * (WIDTH - LEFT - RIGHT)
+        return (t - t0) / span * PLOT_W
 
     def link(line: dict[str, Any] | None) -> str | None:
         if not line:
@@ -88,24 +96,28 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
         return viewer_href(resource["id"], pos, int(line["line"])) if pos is not None else None
 
     title = "Each rank from its first to its last line; dot: last progress line; red tick: first error"
-    parts = [
-        f'<svg class="chart lanes" viewBox="0 0 {WIDTH} {height}" role="group" aria-label="{_e(title)}">',
-        f"<title>{_e(title)}</title>",
-    ]
+    plot: list[str] = []
+    names: list[str] = []
     for i, r in enumerate(shown):
         y = TOP + i * (LANE_H + LANE_GAP)
         first = iso_seconds(r.get("first_time")) or t0
         last = iso_seconds(r.get("last_time")) or first
         cls = "lane named" if r["rank"] in named else "lane"
-        parts.append(
-            f'<text x="{LEFT - 8}" y="{y + LANE_H - 4}" text-anchor="end">'
+        names.append(
+            f'<text x="{GUTTER - 8}" y="{y + LANE_H - 3}" text-anchor="end">'
             f"{'▶ ' if r['rank'] in named else ''}rank {r['rank']}</text>"
         )
-        label = f"rank {r['rank']}: {_clock(first)} to {_clock(last)}"
+        label = (
+            f"rank {r['rank']}: {_clock(first)} to {_clock(last)}"
+            if last - first >= 1
+            else f"rank {r['rank']}: its timed lines all at {_clock(first)}"
+        )
         if r.get("phase"):
             label += f", last phase {r['phase']}"
-        parts.append(
-            f'<rect class="{cls}" x="{sx(first):.1f}" y="{y}" width="{max(2.0, sx(last) - sx(first)):.1f}" '
+        # at least a sliver wide, so that a rank with one time still shows
+        width = max(sx(last) - sx(first), PLOT_W * 0.006)
+        plot.append(
+            f'<rect class="{cls}" x="{_x(sx(first))}" y="{y}" width="{_x(width)}" '
             f'height="{LANE_H}" rx="3"><title>{_e(label)}</title></rect>'
         )
         act = r.get("last_activity") or {}
@@ -113,25 +125,32 @@ def lanes_svg(resource: dict[str, Any], timeline: dict[str, Any]) -> markupsafe.
         if ta is not None:
             tip = f"last progress at {_clock(ta)}: " + act.get("text", "")[:160]
             mark = (
-                f'<circle class="progress" cx="{sx(ta):.1f}" cy="{y + LANE_H / 2}" r="5">'
+                f'<circle class="progress" cx="{_x(sx(ta))}" cy="{y + LANE_H / 2}" r="5">'
                 f"<title>{_e(tip)}</title></circle>"
             )
             href = link(act)
-            parts.append(f'<a href="{_e(href)}">{mark}</a>' if href else mark)
+            plot.append(f'<a href="{_e(href)}">{mark}</a>' if href else mark)
         tf = iso_seconds(r.get("failure_time"))
         if tf is not None:
-            parts.append(
-                f'<line class="fail" x1="{sx(tf):.1f}" x2="{sx(tf):.1f}" y1="{y - 2}" y2="{y + LANE_H + 2}">'
+            plot.append(
+                f'<line class="fail" x1="{_x(sx(tf))}" x2="{_x(sx(tf))}" y1="{y - 2}" y2="{y + LANE_H + 2}">'
                 f"<title>{_e(f'first error line at {_clock(tf)}')}</title></line>"
             )
-    axis_y = height - BOTTOM + 16
-    parts.append(f'<text x="{LEFT}" y="{axis_y}">{_clock(t0)} UTC</text>')
-    parts.append(f'<text x="{WIDTH - RIGHT}" y="{axis_y}" text-anchor="end">{_clock(t1)} UTC</text>')
-    parts.append(
-        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{axis_y}" text-anchor="middle">{span:.0f} s</text>'
+    # the times without " UTC" (the caption says so): on a phone both fit side by side
+    plot.append(f'<text x="0" y="{axis_y}">{_clock(t0)}</text>')
+    plot.append(f'<text x="100%" y="{axis_y}" text-anchor="end">{_clock(t1)}</text>')
+    # under the two ends, not between them: on a phone the three would meet
+    middle = f"{real_span:.0f} s" if real_span >= 1 else f"all at {_clock(t0 + PAD_S)}"
+    plot.append(f'<text x="50%" y="{axis_y + 18}" text-anchor="middle">{_e(middle)}</text>')
+    return framed(
+        plot=plot,
+        gutter=names,
+        gutter_w=GUTTER,
+        height=height,
+        title=title,
+        label_id=f"lanes-{resource['id']}",
+        cls="lanes",
     )
-    parts.append("</svg>")
-    return markupsafe.Markup("".join(parts))
 
 
 def _series(points: list[list[Any]]) -> list[tuple[float, float]]:

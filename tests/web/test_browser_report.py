@@ -46,7 +46,15 @@ def test_feedback_is_stored_shown_and_counted(web: Web, server: LiveServer, ecc:
         ("wrong", RIGHT_CLASS, COMMENT)
     ]
 
-    # a second answer, "correct", through the same form
+    # the page after sending shows what was sent, not the same form blank again
+    sent = page.locator("#feedback-sent")
+    expect(sent).to_contain_text("the root cause is wrong")
+    expect(sent).to_contain_text(RIGHT_CLASS)
+    expect(sent).to_contain_text(COMMENT)
+    expect(page.locator("#feedback form")).to_be_hidden()
+
+    # a second answer, "correct", through the same form (unfolded again)
+    page.locator("#feedback summary", has_text="Send another answer").click()
     page.locator("#feedback form").get_by_role("radio", name="correct").check()
     page.locator("#feedback form").get_by_role("button", name="Send feedback").click()
     expect(page.locator("#feedback")).to_contain_text("2 answers so far")

@@ -176,6 +176,25 @@ def root_confidences(session: Session, *, analysis_ids: Sequence[str]) -> dict[s
         }
 
 
+def finding_hosts_of(session: Session, *, analysis_ids: Sequence[str]) -> dict[str, list[str]]:
+    """The hosts each analysis' findings were seen on, the root cause's first: what the report
+    shows and what the history's host filter matches, where the hook may have named none."""
+    if not analysis_ids:
+        return {}
+    stmt = (
+        select(Finding.analysis_id, FindingHost.host, Finding.role, Finding.position)
+        .join(FindingHost, FindingHost.finding_id == Finding.id)
+        .where(Finding.analysis_id.in_(list(analysis_ids)))
+    )
+    ranked = sorted(session.execute(stmt).all(), key=lambda r: (r[2] != "root", r[3], r[1]))
+    out: dict[str, list[str]] = {}
+    for aid, host, _role, _pos in ranked:
+        hosts = out.setdefault(str(aid), [])
+        if host not in hosts:
+            hosts.append(host)
+    return out
+
+
 def _number(value: object) -> float | None:
     try:
         return float(str(value)) if value is not None else None

@@ -87,6 +87,10 @@ PROBES: dict[str, str] = {
     "monitored_barrier": r"Ranks? (?P<ranks>\d+(?:, \d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms",
 }
 
+_WORDED = re.compile(r"[^\W_]")  # a letter or a digit
+# a logger's level, rank tag and name before the message ("INFO [rank1] trainer: ")
+_LOGGER_HEAD = re.compile(r"^\s*(?:[A-Z]+\s+)?(?:\[rank\d+\]\s+)?(?:[\w.-]+:\s)?")
+
 # --- building ----------------------------------------------------------------------------------
 
 
@@ -454,6 +458,10 @@ def _rank_states(scans: Sequence[Any], year: int | None) -> dict[int, RankState]
             prev = st.last_activity
             # across a rank's files (stdout and stderr) the later by time wins; without times,
             # the later line of the same file
+            if not _WORDED.search(_LOGGER_HEAD.sub("", message, count=1)):
+                # a separator (a row of asterisks, dashes): progress, but no line to quote as
+                # the rank's last sign of life
+                continue
             if (
                 prev is None
                 or (t is not None and (prev.time is None or t >= prev.time))
@@ -652,7 +660,7 @@ def site_verdicts(states: dict[int, RankState]) -> list[Verdict]:
                 f"rank {r} failed inside {cs.describe()} with {cs.error[:140]!r}: the sizes it received "
                 "were garbage because another rank ran a different collective at that point, a code desync"
             )
-            ev = [Line(cs.file, cs.line, cs.error, None)]
+            ev = [Line(cs.file, cs.error_line or cs.line, cs.error, None)]
             v = _desync("mismatch", summary, [], None, ev)
             v.phase = _site_phase(cs)
             v.behind = [r]
@@ -677,7 +685,13 @@ def site_verdicts(states: dict[int, RankState]) -> list[Verdict]:
                 f"collectives, a code desync; {_who(named)} got further (skipped the call "
                 f"the others wait in)"
             )
-            ev = [Line(cs.file, cs.line, cs.error or cs.describe(), None) for cs in comm.values()][:4]
+            # an error is quoted at its own line, a watchdog's stack described at the block's first
+            ev = [
+                Line(cs.file, cs.error_line or cs.line, cs.error, None)
+                if cs.error
+                else Line(cs.file, cs.line, cs.describe(), None)
+                for cs in comm.values()
+            ][:4]
             v = _desync("callsite", summary, named, None, ev)
             v.phase = next((p for r in behind + named if r in comm and (p := _site_phase(comm[r]))), None)
             out.append(v)

@@ -86,6 +86,7 @@ class CallSite:
     file: str
     line: int
     error: str | None = None
+    error_line: int | None = None  # the line `error` was read from (not the block's first)
 
     @property
     def collective(self) -> str | None:
@@ -145,6 +146,7 @@ def call_sites(lines: Iterable[tuple[str, int, int | None, str]]) -> dict[int, C
             e = _EXC.match(msg.strip())
             if e and cs.frames:
                 cs.error = msg.strip()[:300]
+                cs.error_line = lineno
                 out[rank] = cs
                 del open_[rank]
                 continue

@@ -91,6 +91,14 @@
     });
   }
 
+  // --- history filters: served open (without script every field shows); on a phone they fold
+  // behind their summary, so that the first result is not a screen and a half down -----------------
+  function foldFilters() {
+    const more = document.getElementById("filter-more");
+    if (more && window.matchMedia("(max-width: 600px)").matches) more.open = false;
+  }
+  document.addEventListener("DOMContentLoaded", foldFilters);
+
   // --- upload ------------------------------------------------------------------------------------
   function human(n) {
     const units = ["B", "KB", "MB", "GB", "TB"];
