@@ -13,6 +13,7 @@ from app.http.context import AppContext
 from app.http.deps import CtxDep, PrincipalDep
 from app.http.openapi import problems
 from app.http.shared import base_url
+from app.render.action import DECISION_LABELS, headline
 from app.service import ops, present
 from app.service.access import Principal
 from app.web import report_view
@@ -98,6 +99,9 @@ async def render_report(
         api_url=present.analysis_url(base, a["id"]),
         tl=timeline_view(a),
         facts=report_view.fact_rows(a),
+        action=a.get("action"),
+        action_label=DECISION_LABELS.get((a.get("action") or {}).get("decision", ""), ""),
+        action_headline=headline(a["action"]) if a.get("action") else "",
     )
 
 
