@@ -247,6 +247,7 @@ class Sim:
             "gpu_h_failed_all": 0.0,
             "gpu_h_waiting": 0.0,
             "human": 0,
+            "history_flips": 0,
             "recoveries": [],
             "decisions": defaultdict(int),
             "retry_loss_by_class": defaultdict(float),
@@ -470,7 +471,9 @@ class Sim:
                 "fingerprint": tuple(self.counts[("fp", (job.spec.id, cls))]),
                 "class": tuple(self.counts[("class", cls)]),
             }
-            decision = with_history(act, counts).decision  # type: ignore[arg-type]
+            decided = with_history(act, counts).decision
+            self.m["history_flips"] += decided != decision
+            decision = decided  # type: ignore[assignment]
         self.last_decision = decision
         if decision in ("retry", "retry_excluding") and auto_ok:
             hosts: set[int] = set()
@@ -497,6 +500,7 @@ class Sim:
             "gpu_h_failed_all": round(m["gpu_h_failed_all"], 1),
             "gpu_h_waiting": round(m["gpu_h_waiting"], 1),
             "human_interventions": m["human"],
+            "history_flips": m["history_flips"],
             "recovery_h_median": round(statistics.median(rec), 2) if rec else None,
             "recovery_h_mean": round(statistics.fmean(rec), 2) if rec else None,
             "recovery_h_p90": round(rec[int(0.9 * (len(rec) - 1))], 2) if rec else None,
@@ -596,7 +600,9 @@ def main() -> None:
     ap.add_argument("--verdicts", type=Path, default=VERDICTS)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    outs = [simulate(s, args.nodes, args.days, args.verdicts) for s in range(args.seed, args.seed + args.seeds)]
+    outs = [
+        simulate(s, args.nodes, args.days, args.verdicts) for s in range(args.seed, args.seed + args.seeds)
+    ]
     if args.json:
         for o in outs:
             o["target"] = target(o)
