@@ -332,9 +332,9 @@ class Sim:
         ok = self.free - job.excluded
         if len(ok) < need:
             return None
-        if job.is_retry and job.prev and all(n in ok for n in job.prev):
-            if self.rng.random() < self.a["p_same_nodes"]:
-                return list(job.prev)
+        same = job.is_retry and job.prev and all(n in ok for n in job.prev)
+        if same and self.rng.random() < self.a["p_same_nodes"]:
+            return list(job.prev)
         return self.rng.sample(sorted(ok), need)
 
     def start(self, job: Job, nodes: list[int], now: float) -> None:
