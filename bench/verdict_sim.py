@@ -226,10 +226,18 @@ class Job:
 
 
 class Sim:
-    def __init__(self, trace: Trace, policy: str, table: dict[str, tuple[str, bool]], seed: int):
+    def __init__(
+        self,
+        trace: Trace,
+        policy: str,
+        table: dict[str, tuple[str, bool]],
+        seed: int,
+        a: dict[str, Any] = ASSUMED,
+        rep: int = 0,
+    ):
         self.t, self.policy, self.table = trace, policy, table
-        self.a = ASSUMED
-        self.rng = random.Random(seed * 7919 + POLICIES.index(policy))
+        self.a = a
+        self.rng = random.Random(seed * 7919 + POLICIES.index(policy) + 104729 * rep)
         self.ev: list[tuple[float, int, str, Any]] = []
         self.n = 0
         self.free: set[int] = set(range(trace.nodes))
@@ -519,10 +527,16 @@ def simulate(
     days: float = 14.0,
     verdicts: Path = VERDICTS,
     policies: tuple[str, ...] = POLICIES,
+    overrides: dict[str, float] | None = None,
+    reps: int = 1,
 ) -> dict[str, Any]:
-    trace = make_trace(seed, nodes, days)
+    """Every policy on the same trace; `overrides` replaces numeric entries of ASSUMED. With
+    reps > 1 each policy runs that many times on the trace (other draws for placement, the
+    unknown share, broken-node timing) and the figures are the means."""
+    a = {**ASSUMED, **(overrides or {})}
+    trace = make_trace(seed, nodes, days, a)
     table = load_table(verdicts)
-    results = [Sim(trace, p, table, seed).run() for p in policies]
+    results = [mean_of([Sim(trace, p, table, seed, a, k).run() for k in range(reps)]) for p in policies]
     base = next((r for r in results if r["policy"] == "always-retry"), None)
     for r in results:
         if base and base["gpu_h_failed_retries"]:
@@ -534,13 +548,32 @@ def simulate(
         "nodes": nodes,
         "gpus": nodes * 8,
         "days": days,
+        "reps": reps,
         "lemons": len(trace.lemons),
         "jobs": len(trace.jobs),
         "node_faults": len(trace.node_faults),
         "jobs_with_own_fault": sum(j.fault_class is not None for j in trace.jobs),
         "verdicts": str(verdicts),
+        "overrides": overrides or {},
         "results": results,
     }
+
+
+def mean_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mean of each figure over repeated runs of one policy (one run: itself)."""
+    if len(runs) == 1:
+        return runs[0]
+    out: dict[str, Any] = {"policy": runs[0]["policy"], "reps": len(runs)}
+    for key, first in runs[0].items():
+        if key == "policy":
+            continue
+        if isinstance(first, dict):
+            keys = sorted({k for r in runs for k in r[key]})
+            out[key] = {k: round(statistics.fmean(r[key].get(k, 0) for r in runs), 1) for k in keys}
+        else:
+            vals = [r[key] for r in runs if r[key] is not None]
+            out[key] = round(statistics.fmean(vals), 2) if vals else None
+    return out
 
 
 def target(out: dict[str, Any], policy: str = "logtriage+history") -> dict[str, Any]:
@@ -550,7 +583,7 @@ def target(out: dict[str, Any], policy: str = "logtriage+history") -> dict[str, 
     return {
         "policy": policy,
         "failed_retry_gpu_h_cut": round(cut, 3),
-        "jobs_finished_delta": lt["jobs_finished"] - base["jobs_finished"],
+        "jobs_finished_delta": round(lt["jobs_finished"] - base["jobs_finished"], 2),
         "holds": cut >= 0.5 and lt["jobs_finished"] >= base["jobs_finished"],
     }
 
@@ -571,10 +604,12 @@ def markdown(out: dict[str, Any]) -> str:
         ("unrecovered_at_end", "unrecovered at end"),
         ("human_interventions", "human interventions"),
     ]
+    reps = f", mean of {out['reps']} runs per policy" if out["reps"] > 1 else ""
     lines = [
         f"{out['gpus']} GPUs ({out['nodes']} nodes, {out['lemons']} lemons), {out['days']:g} days, "
-        f"seed {out['seed']}: {out['jobs']} jobs ({out['jobs_with_own_fault']} with a fault of their "
-        f"own), {out['node_faults']} node faults",
+        f"seed {out['seed']}{reps}: {out['jobs']} jobs ({out['jobs_with_own_fault']} with a fault of their "
+        f"own), {out['node_faults']} node faults"
+        + (f"; assumptions changed: {out['overrides']}" if out["overrides"] else ""),
         "",
         "| " + " | ".join(h for _, h in cols) + " |",
         "|" + "---|" * len(cols),
@@ -586,7 +621,7 @@ def markdown(out: dict[str, Any]) -> str:
             t = target(out, p)
             lines.append(
                 f"\n{p} vs always-retry: {t['failed_retry_gpu_h_cut']:.0%} fewer GPU-h lost to failed "
-                f"retries, {t['jobs_finished_delta']:+d} jobs finished; target holds: {t['holds']}"
+                f"retries, {t['jobs_finished_delta']:+g} jobs finished; target holds: {t['holds']}"
             )
     return "\n".join(lines)
 
@@ -598,10 +633,25 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=512)
     ap.add_argument("--days", type=float, default=14.0)
     ap.add_argument("--verdicts", type=Path, default=VERDICTS)
+    ap.add_argument("--reps", type=int, default=1, help="runs of each policy per trace, figures averaged")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change a numeric assumption, e.g. --set health_check_h=24 --set p_unknown=0.25",
+    )
     args = ap.parse_args()
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if not isinstance(ASSUMED.get(key), (int, float)):
+            ap.error(f"--set {item}: not a numeric assumption ({', '.join(sorted(ASSUMED))})")
+        overrides[key] = type(ASSUMED[key])(float(value))
+    seeds = range(args.seed, args.seed + args.seeds)
     outs = [
-        simulate(s, args.nodes, args.days, args.verdicts) for s in range(args.seed, args.seed + args.seeds)
+        simulate(s, args.nodes, args.days, args.verdicts, overrides=overrides, reps=args.reps) for s in seeds
     ]
     if args.json:
         for o in outs:
