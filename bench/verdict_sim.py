@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Retry policies on a simulated GPU fleet (issue 24, "Policy simulation").
 
-    python bench/verdict_sim.py [--seed 1] [--nodes 512] [--days 14] [--json]
+    python bench/verdict_sim.py [--seed 1] [--seeds 5] [--reps 5] [--nodes 512] [--days 14] [--json]
+                                [--verdicts PATH] [--set KEY=VALUE]
 
 A trace-driven discrete-event simulation of a fleet of N nodes x 8 GPUs, a few of them lemon
 nodes, running a stream of jobs of various sizes and lengths. Jobs fail from hardware faults (a
