@@ -648,7 +648,8 @@ def main() -> None:
     for item in args.set:
         key, _, value = item.partition("=")
         if not isinstance(ASSUMED.get(key), (int, float)):
-            ap.error(f"--set {item}: not a numeric assumption ({', '.join(sorted(ASSUMED))})")
+            numeric = sorted(k for k, v in ASSUMED.items() if isinstance(v, (int, float)))
+            ap.error(f"--set {item}: not a numeric assumption ({', '.join(numeric)})")
         overrides[key] = type(ASSUMED[key])(float(value))
     seeds = range(args.seed, args.seed + args.seeds)
     outs = [
