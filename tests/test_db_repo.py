@@ -196,6 +196,10 @@ def test_complete_list_recurrence_and_suspects(db: Database, tmp_path: Path, ana
             0
         ].jobs == 2  # the duplicate does not count
         assert repo.suspect_hosts(s, days=7, min_jobs=3) == []
+        # the window is the ledger's decay: a week on, the same failures no longer list the host
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(days=7, minutes=1)
+        assert repo.suspect_hosts(s, days=7, min_jobs=2, now=later) == []
+        assert [x.host for x in repo.suspect_hosts(s, days=8, min_jobs=2, now=later)] == ["10.0.0.5"]
         now = dt.datetime.now(dt.UTC)
         st = repo.stats(
             s,
@@ -212,6 +216,13 @@ def test_complete_list_recurrence_and_suspects(db: Database, tmp_path: Path, ana
             repo.get_analysis(s, analysis_id=repo.new_id())
         versions = repo.rule_versions(s, rule_id="cuda-out-of-memory")
         assert len(versions) == 1  # one row for many analyses of the same rule version
+    with db.write() as s:  # an operator's clearance restarts the count
+        repo.clear_host(s, host="10.0.0.5", note="GPU swapped", token_id=None)
+    with db.read() as s:
+        assert repo.suspect_hosts(s, days=7, min_jobs=1) == []
+    store_analysis(db, tmp_path, ecc, content=b"ecc after\n", meta=repo.JobMeta(job_id="e-after"))
+    with db.read() as s:
+        assert [(x.host, x.jobs) for x in repo.suspect_hosts(s, days=7, min_jobs=1)] == [("10.0.0.5", 1)]
 
 
 def _counters(db: Database) -> dict[str, list[tuple[Any, ...]]]:
