@@ -455,7 +455,7 @@ def test_the_viewer_opens_at_the_evidence_line_with_permalinks(
     assert shown[0] < line - 100 and shown[-1] > line + 100  # around it
     assert f'data-first-line="{shown[0]}" data-last-line="{shown[-1]}"' in html
     assert f'<a class="ln-link" href="#L{line}">{line}</a>' in html  # every number is its permalink
-    row = re.search(rf'<tr id="L{line}" data-line="{line}" class="hit" title="([^"]*)">', html)
+    row = re.search(rf'<tr id="L{line}" data-line="{line}" class="hit[a-z ]*" title="([^"]*)">', html)
     assert row and root["title"] in row.group(1)
     assert "uncorrectable ECC error" in html
     assert f'{API}/{aid}/log?file=0"' in html and f'href="/analyses/{aid}"' in html  # download, report
@@ -632,3 +632,180 @@ def fresh_db_url(db_url: str, request: pytest.FixtureRequest, tmp_path: Path) ->
         return f"sqlite:///{tmp_path / 'own.db'}"
     url: str = request.getfixturevalue("pg_schemas").new()
     return url
+
+
+# --- search, error lines and the shown line (no server) ---------------------------------------------
+
+FAR = 1e18  # a deadline that never passes: the answer must not depend on the clock
+
+
+def ref_hits(ref: Ref, pred: Any) -> list[int]:
+    return [n for n in range(1, ref.count + 1) if pred(ref.raw[n - 1].rstrip(b"\n"))]
+
+
+def search_log(rng: random.Random, n: int) -> bytes:
+    out = []
+    for i in range(n):
+        r = rng.random()
+        if r < 0.02:
+            out.append(f"step {i} NEEDLE found, Needle again")
+        elif r < 0.04:
+            out.append(f"step {i} needle in lower case")
+        elif r < 0.05:
+            out.append(f"long {i} " + "y" * rng.randint(800, 2500) + " NEEDLE at the end")
+        elif r < 0.06:
+            out.append(f"Traceback (most recent call last): {i}")
+        else:
+            out.append(f"step {i} loss {rng.random():.4f} " + "z" * rng.randint(0, 60))
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize(
+    ("pattern", "is_regex", "case", "pred"),
+    [
+        ("NEEDLE", False, True, lambda b: b"NEEDLE" in b),
+        ("needle", False, False, lambda b: b"needle" in b.lower()),
+        (r"N\w+E\b", True, True, lambda b: re.search(rb"N\w+E\b", b) is not None),
+        (r"^step \d+ needle", True, True, lambda b: re.match(rb"step \d+ needle", b) is not None),
+        (r"again$", True, False, lambda b: b.lower().endswith(b"again")),
+        # \s would cross a newline in the blob's bytes: a hit is a match inside one line
+        (r"again\s+step", True, True, lambda b: False),
+    ],
+)
+def test_search_finds_every_hit_forward_and_backward_across_frames(
+    dir_store: BlobStore, pattern: str, is_regex: bool, case: bool, pred: Any
+) -> None:
+    from app.blobstore.search import Matcher, count_more, find_next, find_prev
+    from app.blobstore.search import Count as HitCount
+
+    data = search_log(random.Random(7), 1500)
+    ref = Ref.of(data)
+    want = ref_hits(ref, pred)
+    m = Matcher.compile(pattern, is_regex=is_regex, case=case)
+    pending = put(dir_store, data, frame_bytes=4000)
+    assert pending.frames is not None and len(pending.frames) > 20
+    for index in (pending.frames, None):  # with its index, and read from the start without one
+        got, line = [], 0
+        while (f := find_next(dir_store, pending.sha256, index, m, start_line=line + 1, deadline=FAR)).line:
+            got.append(f.line)
+            line = f.line
+        assert got == want and f.done
+        back, line = [], ref.count + 1
+        while (f := find_prev(dir_store, pending.sha256, index, m, before_line=line, deadline=FAR)).line:
+            back.append(f.line)
+            line = f.line
+        assert back == want[::-1] and f.done
+        c = count_more(dir_store, pending.sha256, index, m, HitCount(), deadline=FAR)
+        assert (c.lines, c.done) == (len(want), True)
+
+
+def test_a_search_out_of_time_says_how_far_it_got_and_goes_on_from_there(dir_store: BlobStore) -> None:
+    import time
+
+    from app.blobstore.search import Matcher, count_more, find_next, find_prev
+    from app.blobstore.search import Count as HitCount
+
+    data = filler(3000, "a").encode() + b"the one NEEDLE\n" + filler(3000, "b").encode()
+    pending = put(dir_store, data, frame_bytes=4000)
+    m = Matcher.compile("NEEDLE", is_regex=False, case=True)
+    past = time.monotonic() - 1
+    f = find_next(dir_store, pending.sha256, pending.frames, m, start_line=1, deadline=past)
+    assert f.line is None and not f.done and f.reached == 0
+    b = find_prev(dir_store, pending.sha256, pending.frames, m, before_line=6001, deadline=past)
+    assert b.line is None and not b.done and b.reached > 3001
+    assert find_prev(dir_store, pending.sha256, pending.frames, m, before_line=b.reached, deadline=FAR).line == 3001
+    c = count_more(dir_store, pending.sha256, pending.frames, m, HitCount(), deadline=past)
+    assert not c.done and c.lines == 0
+    c = count_more(dir_store, pending.sha256, pending.frames, m, HitCount(0, 2000), deadline=FAR)
+    assert c.done and c.lines == 1
+
+
+def test_a_hostile_pattern_is_stopped_by_the_deadline(dir_store: BlobStore) -> None:
+    import time
+
+    from app.blobstore.search import Matcher, find_next
+
+    data = ("a" * 3000 + "!\n").encode() * 50
+    pending = put(dir_store, data, frame_bytes=40_000)
+    m = Matcher.compile(r"(a+)+$", is_regex=True, case=True)
+    t = time.monotonic()
+    f = find_next(dir_store, pending.sha256, pending.frames, m, start_line=1, deadline=t + 0.3)
+    assert f.line is None and not f.done and time.monotonic() - t < 2
+
+
+def test_queries_the_search_cannot_use_say_why() -> None:
+    from app.errors import ValidationFailedError
+    from app.service.logview import Query, compile_query
+
+    for q, why in [("(unclosed", "cannot be used"), ("x*", "every line"), ("a" * 1001, "1,000")]:
+        with pytest.raises(ValidationFailedError, match=re.escape(why)):
+            compile_query(Query(q, regex=True))
+    assert compile_query(Query("x*", case=True)).literal == b"x*"  # plain text is never a pattern
+    assert compile_query(Query("x*")).spans("a x* b xx") == [(2, 4)]
+    assert compile_query(Query("Loss", case=False)).spans("step loss LOSS") == [(5, 9), (10, 14)]
+    assert compile_query(Query("Loss", case=True)).spans("step loss LOSS") == []
+
+
+def test_ansi_colours_become_classes_and_no_escape_code_is_left() -> None:
+    from app.service.logview import ansi_parts, mark_parts
+
+    line = "\x1b[1;31mERROR\x1b[0m step \x1b[38;5;2mok\x1b[39m \x1b[92mbright\x1b[m\x1b[2K done\r"
+    parts = ansi_parts(line)
+    assert [(p.text, p.cls) for p in parts] == [
+        ("ERROR", "a-b a-fg1"),
+        (" step ", ""),
+        ("ok", "a-fg2"),
+        (" ", ""),
+        ("bright", "a-fg10"),
+        (" done\u240d", ""),
+    ]
+    assert not any("\x1b" in p.text for p in parts)
+    marked = mark_parts(parts, [(3, 8), (11, 12)])  # "OR st", "o": across a colour change
+    assert [(p.text, p.mark) for p in marked if p.mark] == [("OR", True), (" st", True), ("o", True)]
+    assert "".join(p.text for p in marked) == "".join(p.text for p in parts)
+
+
+def _vl(n: int, text: str, **kw: Any) -> Any:
+    from app.service.logview import Part, ViewLine
+
+    return ViewLine(n, 0, text, 0, parts=[Part(text)], **kw)
+
+
+def test_runs_of_lines_alike_but_for_numbers_fold_after_their_first() -> None:
+    from app.service.logview import fold_lines
+
+    texts = ["start"] + [f"step {i} loss 0.{i}" for i in range(6)] + ["x", "y", "y", "y"] + ["z"]
+    lines = [_vl(i + 1, t) for i, t in enumerate(texts)]
+    blocks = fold_lines(lines, keep=set())
+    assert [([ln.number for ln in b.lines], b.folded) for b in blocks] == [
+        ([1, 2], False),
+        ([3, 4, 5, 6, 7], True),
+        ([8, 9, 10, 11, 12], False),  # three alike is not a run worth folding
+    ]
+    # the line a link points at, or one the search matches, is never folded
+    kept = fold_lines(lines, keep={5})
+    assert [([ln.number for ln in b.lines], b.folded) for b in kept] == [([*range(1, 13)], False)]
+    marked = [_vl(i + 1, t, marked=i == 4) for i, t in enumerate(texts)]
+    assert [b.folded for b in fold_lines(marked, keep=set())] == [False]
+
+
+def test_a_leading_timestamp_is_split_off_and_error_lines_are_told() -> None:
+    from app.blobstore.window import Line
+    from app.service.logview import _view_line
+
+    for text, ts in [
+        ("2024-05-01T12:00:03.123Z step 1", "2024-05-01T12:00:03.123Z "),
+        ("[2024-05-01 12:00:03,123] INFO x", "[2024-05-01 12:00:03,123] "),
+        ("May  1 12:00:03 host kernel: NVRM", "May  1 12:00:03 "),
+        ("step 12:00:03 later", ""),
+    ]:
+        v = _view_line(Line(1, 0, len(text), text, 0), {}, None)
+        assert "".join(p.text for p in v.ts) == ts
+        assert "".join(p.text for p in v.ts + v.parts) == text
+    for text, err in [
+        ("Traceback (most recent call last):", True),
+        ("torch.OutOfMemoryError: CUDA out of memory", True),
+        ("[E ProcessGroupNCCL.cpp] ERROR: watchdog", True),
+        ("step 5 error_rate 0.01 errors 0", False),
+    ]:
+        assert _view_line(Line(1, 0, len(text), text, 0), {}, None).error is err, text
