@@ -552,6 +552,91 @@ def test_bad_input_is_a_page_or_clamped_never_a_500(client: httpx.Client, deep: 
         assert r.status_code == 200 and rows(r.text)[-1] == 3604, path
 
 
+def go(c: httpx.Client, path: str) -> httpx.Response:
+    """A search link: the 303 to the hit (or the page saying there is none)."""
+    return c.get(path, headers={"Accept": "text/html"}, follow_redirects=False)
+
+
+@pytest.mark.slow  # a live server
+def test_search_lands_on_each_hit_with_a_plain_get_and_counts_them(
+    client: httpx.Client, deep: dict[str, Any]
+) -> None:
+    aid = deep["id"]
+    here = f"/analyses/{aid}/files/0"
+    r = go(client, f"{here}?q=WorkNCCL&dir=next&from=0")
+    assert r.status_code == 303 and r.headers["location"] == f"{here}?q=WorkNCCL&line=2402#L2402"
+    page = html_of(client, r.headers["location"]).text
+    assert re.search(r'<tr id="L2402" data-line="2402" class="hit match[a-z ]*"', page)
+    assert "<mark>WorkNCCL</mark>" in page and page.count("<mark>") == 3  # the three on this page
+    assert re.search(r"<strong>3</strong> lines match", page)
+    assert 'value="WorkNCCL"' in page  # the form keeps the query
+    seen, line = [], 0
+    while (r := go(client, f"{here}?q=WorkNCCL&dir=next&from={line}")).status_code == 303:
+        line = int(r.headers["location"].rsplit("#L", 1)[1])
+        seen.append(line)
+    assert seen == [2402, 2403, 2404]
+    assert r.status_code == 200 and "No match of “WorkNCCL” after line 2,404 to the end" in r.text
+    back = go(client, f"{here}?q=WorkNCCL&dir=prev&from=2404")
+    assert back.headers["location"].endswith("line=2403#L2403")
+    # the case toggle and a regex; the links keep them
+    assert go(client, f"{here}?q=worknccl&dir=next&from=0").status_code == 303
+    assert go(client, f"{here}?q=worknccl&case=1&dir=next&from=0").status_code == 200
+    rx = go(client, f"{here}?q=pid%3D9041%5Cd&re=1&dir=next&from=0")
+    assert rx.headers["location"] == f"{here}?q=pid%3D9041%5Cd&re=1&line=1201#L1201"
+    page = html_of(client, rx.headers["location"]).text
+    assert "<mark>pid=90412</mark>" in page
+    assert f'href="{here}?q=pid%3D9041%5Cd&amp;re=1&amp;dir=next&amp;from=1201"' in page
+
+
+@pytest.mark.slow  # a live server
+def test_a_bad_regex_is_a_clear_message_on_the_page_never_a_500(
+    client: httpx.Client, deep: dict[str, Any]
+) -> None:
+    here = f"/analyses/{deep['id']}/files/0"
+    for q in ["(unclosed", "a**", "x*"]:
+        for extra in ["", "&dir=next&from=0"]:
+            r = html_of(client, f"{here}?q={q}&re=1{extra}")
+            assert r.status_code == 422, (q, r.status_code)
+            assert 'role="alert"' in r.text and "cannot be used" in r.text and rows(r.text)
+    r = html_of(client, f"{here}?q=x&dir=sideways")
+    assert r.status_code == 422 and "next or prev" in r.text
+
+
+@pytest.mark.slow  # a live server
+def test_next_error_walks_the_lines_that_read_as_errors(client: httpx.Client, deep: dict[str, Any]) -> None:
+    here = f"/analyses/{deep['id']}/files/0"
+    seen, line = [], 0
+    while (r := go(client, f"{here}?err=next&from={line}")).status_code == 303:
+        line = int(r.headers["location"].rsplit("#L", 1)[1])
+        seen.append(line)
+    assert seen == [1201, 2402, 2403, 2404]  # the RuntimeError, glog's E lines
+    assert "No line that reads as an error after line 2,404" in r.text
+    r = go(client, f"{here}?err=prev&from=2402")
+    assert r.headers["location"] == f"{here}?line=1201#L1201"
+    page = html_of(client, f"{here}?line=1201").text
+    assert re.search(r'<tr id="L1201" data-line="1201" class="hit err"', page)
+
+
+@pytest.mark.slow  # a live server
+def test_display_choices_fold_and_permalink_params_survive_the_links(
+    client: httpx.Client, deep: dict[str, Any]
+) -> None:
+    here = f"/analyses/{deep['id']}/files/0"
+    page = html_of(client, f"{here}?line=1201").text
+    # 1,200 filler lines alike but for their numbers: folded after the first, the ECC line not
+    folds = re.findall(r'<details class="fold"><summary>([\d,]+) more lines like the one above', page)
+    assert folds and sum(int(n.replace(",", "")) for n in folds) >= 490
+    assert 'data-wrap="auto"' in page and 'data-ts="on"' in page
+    plain = html_of(client, f"{here}?line=1201&fold=0&wrap=1").text
+    assert '<details class="fold">' not in plain and 'data-wrap="on"' in plain
+    assert rows(plain) == rows(page)  # folding hides nothing from the page's rows
+    # the pager, the finding links and the go-to form keep the choices
+    assert f'href="{here}?wrap=1&amp;fold=0&amp;offset=' in plain
+    assert '<input type="hidden" name="fold" value="0">' in plain
+    go_to = go(client, f"{here}?goto=3000&fold=0")
+    assert go_to.headers["location"] == f"{here}?fold=0&line=3000#L3000"
+
+
 @pytest.mark.slow  # a live server
 def test_the_stored_index_matches_the_blobs_real_frames(server: LiveServer) -> None:
     """A log over a few frames: `blobs.line_index` names each frame of the stored file, each
@@ -675,8 +760,8 @@ def search_log(rng: random.Random, n: int) -> bytes:
 def test_search_finds_every_hit_forward_and_backward_across_frames(
     dir_store: BlobStore, pattern: str, is_regex: bool, case: bool, pred: Any
 ) -> None:
-    from app.blobstore.search import Matcher, count_more, find_next, find_prev
     from app.blobstore.search import Count as HitCount
+    from app.blobstore.search import Matcher, count_more, find_next, find_prev
 
     data = search_log(random.Random(7), 1500)
     ref = Ref.of(data)
@@ -702,8 +787,8 @@ def test_search_finds_every_hit_forward_and_backward_across_frames(
 def test_a_search_out_of_time_says_how_far_it_got_and_goes_on_from_there(dir_store: BlobStore) -> None:
     import time
 
-    from app.blobstore.search import Matcher, count_more, find_next, find_prev
     from app.blobstore.search import Count as HitCount
+    from app.blobstore.search import Matcher, count_more, find_next, find_prev
 
     data = filler(3000, "a").encode() + b"the one NEEDLE\n" + filler(3000, "b").encode()
     pending = put(dir_store, data, frame_bytes=4000)
@@ -713,7 +798,10 @@ def test_a_search_out_of_time_says_how_far_it_got_and_goes_on_from_there(dir_sto
     assert f.line is None and not f.done and f.reached == 0
     b = find_prev(dir_store, pending.sha256, pending.frames, m, before_line=6001, deadline=past)
     assert b.line is None and not b.done and b.reached > 3001
-    assert find_prev(dir_store, pending.sha256, pending.frames, m, before_line=b.reached, deadline=FAR).line == 3001
+    assert (
+        find_prev(dir_store, pending.sha256, pending.frames, m, before_line=b.reached, deadline=FAR).line
+        == 3001
+    )
     c = count_more(dir_store, pending.sha256, pending.frames, m, HitCount(), deadline=past)
     assert not c.done and c.lines == 0
     c = count_more(dir_store, pending.sha256, pending.frames, m, HitCount(0, 2000), deadline=FAR)

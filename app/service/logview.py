@@ -45,11 +45,13 @@ _TIMESTAMP = re.compile(
 )
 _DIGITS = re.compile(r"\d+")
 # what reads as an error when no rule said so: a traceback, an exception or error class, a
-# logger's ERROR/FATAL/CRITICAL level, a failed test or step, a crash; case-sensitive, so a
+# logger's ERROR/FATAL/CRITICAL level, glog's E/F lines, a failed step, a crash; case-sensitive, so a
 # metric named `error_rate` or a word "errors" in prose is not one
 ERRORS = (
     r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b|\b(?:ERROR|FATAL|CRITICAL|FAILED|"
     r"PANIC)\b|\bpanic:|Segmentation fault|core dumped|\bKilled\b|\bAborted\b|\bexception\b"
+    # glog's error and fatal lines (PyTorch's C++ side: "[E321 02:07:08.408 ProcessGroupNCCL...")
+    r"|\b[EF]\d{3,4} \d{2}:\d{2}:\d{2}\.\d+"
 )
 FOLD_MIN = 4  # a run of this many similar lines shows its first and folds the rest
 SEARCH_BUDGET = 0.8  # seconds one search may read the log before it says how far it got
