@@ -828,7 +828,7 @@ def test_queries_the_search_cannot_use_say_why() -> None:
     for q, why in [("(unclosed", "cannot be used"), ("x*", "every line"), ("a" * 1001, "1,000")]:
         with pytest.raises(ValidationFailedError, match=re.escape(why)):
             compile_query(Query(q, regex=True))
-    assert compile_query(Query("x*", case=True)).literal == b"x*"  # plain text is never a pattern
+    assert compile_query(Query("x*", case=True)).literals == (b"x*",)  # plain text is never a pattern
     assert compile_query(Query("x*")).spans("a x* b xx") == [(2, 4)]
     assert compile_query(Query("Loss", case=False)).spans("step loss LOSS") == [(5, 9), (10, 14)]
     assert compile_query(Query("Loss", case=True)).spans("step loss LOSS") == []

@@ -35,14 +35,19 @@ class SearchTimeout(Exception):
 class Matcher:
     """A compiled query over bytes (the blob) and str (the shown lines).
 
-    ``literal`` (a case-sensitive plain search) uses ``bytes.find``; everything else the
-    ``regex`` module with a timeout, so a pattern that backtracks without end is stopped.
+    With ``literals``, candidates are found with ``bytes.find`` (C speed, no regex over the
+    bulk of the log): a case-sensitive plain search is its one literal; a pattern given with
+    literals it cannot match without (`prefiltered`) is checked by ``regex`` on the candidate's
+    line only. Everything else is the ``regex`` module with a timeout, so a pattern that
+    backtracks without end is stopped.
     """
 
     fwd: Any  # regex.Pattern[bytes]
     rev: Any  # the same, REVERSE: its first match is the last one
     text: Any  # regex.Pattern[str], for marking matches on the shown lines
-    literal: bytes | None
+    literals: tuple[bytes, ...] = ()
+    verify: bool = False  # a literal's line must also match ``fwd``
+    text_literals: tuple[str, ...] = ()  # the literals, to skip the regex on shown lines
 
     @classmethod
     def compile(cls, pattern: str, *, is_regex: bool, case: bool) -> Matcher:
@@ -63,16 +68,45 @@ class Matcher:
             empty = False
         if empty:
             raise ValueError("it matches an empty string, so every line")
-        literal = pattern.encode("utf-8") if not is_regex and case else None
-        return cls(fwd, rev, text, literal)
+        literals = (pattern.encode("utf-8"),) if not is_regex and case else ()
+        return cls(fwd, rev, text, literals)
+
+    @classmethod
+    def prefiltered(cls, pattern: str, literals: tuple[str, ...]) -> Matcher:
+        """A case-sensitive ``pattern`` every match of which holds one of ``literals``."""
+        m = cls.compile(pattern, is_regex=True, case=True)
+        return cls(m.fwd, m.rev, m.text, tuple(x.encode() for x in literals), True, literals)
+
+    def _line_of(self, data: bytes, i: int, start: int, end: int, deadline: float) -> tuple[bool, int, int]:
+        """(whether the line holding data[i] matches, its start, its end)."""
+        ls = max(start, data.rfind(b"\n", start, i) + 1)
+        le = data.find(b"\n", i, end)
+        le = end if le < 0 else le
+        return (not self.verify or self._search(self.fwd, data, ls, le, deadline) is not None), ls, le
 
     def first(self, data: bytes, start: int, end: int, deadline: float) -> int | None:
-        """Where the first match inside one line of data[start:end] starts, or None."""
+        """Where the first match inside one line of data[start:end] starts (with literals:
+        where its line's first candidate is), or None."""
+        if self.literals:
+            # each literal's next place, found again only once the search has passed it
+            nxt = {lit: data.find(lit, start, end) for lit in self.literals}
+            pos = start
+            while True:
+                for lit, at in nxt.items():
+                    if 0 <= at < pos:
+                        nxt[lit] = data.find(lit, pos, end)
+                found = [at for at in nxt.values() if at >= 0]
+                if not found:
+                    return None
+                i = min(found)
+                ok, _ls, le = self._line_of(data, i, start, end, deadline)
+                if ok:
+                    return i
+                pos = le + 1
+                if time.monotonic() > deadline:
+                    raise SearchTimeout
         pos = start
         while pos < end:
-            if self.literal is not None:
-                i = data.find(self.literal, pos, end)
-                return None if i < 0 else i
             m = self._search(self.fwd, data, pos, end, deadline)
             if m is None:
                 return None
@@ -90,10 +124,26 @@ class Matcher:
 
     def last(self, data: bytes, start: int, end: int, deadline: float) -> int | None:
         """Where the last line of data[start:end] with a match has one, or None."""
+        if self.literals:
+            prv = {lit: data.rfind(lit, start, end) for lit in self.literals}
+            stop = end
+            while True:
+                for lit, at in prv.items():
+                    if at >= 0 and at + len(lit) > stop:
+                        prv[lit] = data.rfind(lit, start, stop)
+                found = [at for at in prv.values() if at >= 0]
+                if not found:
+                    return None
+                i = max(found)
+                ok, ls, _le = self._line_of(data, i, start, end, deadline)
+                if ok:
+                    return i
+                if ls <= start:
+                    return None
+                stop = ls - 1
+                if time.monotonic() > deadline:
+                    raise SearchTimeout
         while end > start:
-            if self.literal is not None:
-                i = data.rfind(self.literal, start, end)
-                return None if i < 0 else i
             m = self._search(self.rev, data, start, end, deadline)
             if m is None:
                 return None
@@ -111,6 +161,8 @@ class Matcher:
 
     def spans(self, text: str, *, timeout: float = 0.05) -> list[tuple[int, int]]:
         """The matches in a shown line (none when the pattern is too slow on it)."""
+        if self.verify and not any(lit in text for lit in self.text_literals):
+            return []
         try:
             return [m.span() for m in self.text.finditer(text, timeout=timeout) if m.end() > m.start()]
         except TimeoutError:

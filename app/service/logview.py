@@ -51,7 +51,26 @@ ERRORS = (
     r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b|\b(?:ERROR|FATAL|CRITICAL|FAILED|"
     r"PANIC)\b|\bpanic:|Segmentation fault|core dumped|\bKilled\b|\bAborted\b|\bexception\b"
     # glog's error and fatal lines (PyTorch's C++ side: "[E321 02:07:08.408 ProcessGroupNCCL...")
-    r"|\b[EF]\d{3,4} \d{2}:\d{2}:\d{2}\.\d+"
+    r"|\[[EF]\d{3,4} \d{2}:\d{2}:\d{2}\.\d+"
+)
+# every match of ERRORS holds one of these: they find the candidates at bytes.find speed
+ERROR_LITERALS = (
+    "Traceback",
+    "Error",
+    "Exception",
+    "ERROR",
+    "FATAL",
+    "CRITICAL",
+    "FAILED",
+    "PANIC",
+    "panic:",
+    "Segmentation fault",
+    "core dumped",
+    "Killed",
+    "Aborted",
+    "exception",
+    "[E",
+    "[F",
 )
 FOLD_MIN = 4  # a run of this many similar lines shows its first and folds the rest
 SEARCH_BUDGET = 0.8  # seconds one search may read the log before it says how far it got
@@ -125,6 +144,8 @@ def _classes(state: dict[str, int]) -> str:
 def ansi_parts(text: str) -> list[Part]:
     """The line's text in runs of one colour: SGR codes set the classes, other escapes are
     dropped, control characters shown as symbols. No part holds an escape character."""
+    if "\x1b" not in text:
+        return [Part(_controls(text))] if text else []
     parts: list[Part] = []
     state: dict[str, int] = {}
     pos = 0
@@ -265,7 +286,7 @@ def compile_query(query: Query) -> Matcher:
 def error_matcher() -> Matcher:
     global _error_matcher
     if _error_matcher is None:
-        _error_matcher = Matcher.compile(ERRORS, is_regex=True, case=True)
+        _error_matcher = Matcher.prefiltered(ERRORS, ERROR_LITERALS)
     return _error_matcher
 
 
@@ -460,14 +481,16 @@ def fold_lines(lines: list[ViewLine], *, keep: set[int | None]) -> list[Block]:
             blocks.append(Block(list(run)))
         run.clear()
 
+    run_key = ""
     for ln in lines:
-        plain = ln.text[len("".join(p.text for p in ln.ts)) :]
         if ln.hits or ln.marked or ln.number in keep:
             close()
             blocks.append(Block([ln]))
             continue
-        if run and fold_key(plain) != fold_key(run[0].text[len("".join(p.text for p in run[0].ts)) :]):
+        key = fold_key("".join(p.text for p in ln.parts))  # the text after the clock
+        if run and key != run_key:
             close()
+        run_key = key
         run.append(ln)
     close()
     # neighbouring plain blocks read as one table
