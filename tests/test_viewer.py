@@ -515,7 +515,7 @@ def test_finding_navigation_jumps_between_findings_across_pages(
     assert "Previous finding" not in at_root
     at_nccl = html_of(client, nxt.group(1).split("#")[0]).text
     assert re.search(r'title="line 1201">↑ Previous finding', at_nccl)
-    marked = [int(n) for n in re.findall(r'<tr id="L(\d+)" data-line="\d+" class="hit"', at_nccl)]
+    marked = [int(n) for n in re.findall(r'<tr id="L(\d+)" data-line="\d+" class="hit\b', at_nccl)]
     assert set(nccl) <= set(marked)
     # the finding list in the header names every finding line
     for n in [1201, *nccl]:
@@ -635,6 +635,36 @@ def test_display_choices_fold_and_permalink_params_survive_the_links(
     assert '<input type="hidden" name="fold" value="0">' in plain
     go_to = go(client, f"{here}?goto=3000&fold=0")
     assert go_to.headers["location"] == f"{here}?fold=0&line=3000#L3000"
+
+
+@pytest.mark.slow  # a live server
+def test_a_search_out_of_budget_says_how_far_it_got_and_goes_on_to_the_hit(
+    client: httpx.Client, deep: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.blobstore import search
+    from app.service import logview
+
+    monkeypatch.setattr(logview, "SEARCH_BUDGET", 0.0)  # one piece of the log per request
+    monkeypatch.setattr(search, "READ", 8192)
+    here = f"/analyses/{deep['id']}/files/0"
+    path, reached, hops = f"{here}?q=alert%281%29&dir=next&from=0", 0, 0
+    while (r := go(client, path)).status_code == 200:
+        m = re.search(r'href="([^"]+)" data-search-on>Search on from line ([\d,]+)', r.text)
+        assert m, r.text[r.text.find("viewer-status") :][:1500]
+        now = int(m.group(2).replace(",", ""))
+        assert now > reached  # every request gets on
+        assert f"between line {reached:,} and line {now:,} of 3,604 yet" in r.text.replace("&#34;", '"')
+        path, reached, hops = m.group(1).replace("&amp;", "&"), now, hops + 1
+    assert r.status_code == 303 and r.headers["location"].endswith("line=3604#L3604") and hops > 10
+
+
+@pytest.mark.slow  # a live server
+def test_a_pattern_too_slow_for_the_log_stops_with_a_message(client: httpx.Client) -> None:
+    r = client.post(API, content=("a" * 3000 + "!\n").encode() * 200, headers={"Content-Type": "text/plain"})
+    assert r.status_code == 201, r.text
+    page = go(client, f"/analyses/{r.json()['id']}/files/0?q=%28a%2B%29%2B%24&re=1&dir=next&from=0")
+    assert page.status_code == 200 and "the pattern is too slow on this log" in page.text
+    assert "data-search-on" not in page.text
 
 
 @pytest.mark.slow  # a live server
@@ -784,28 +814,40 @@ def test_search_finds_every_hit_forward_and_backward_across_frames(
         assert (c.lines, c.done) == (len(want), True)
 
 
-def test_a_search_out_of_time_says_how_far_it_got_and_goes_on_from_there(dir_store: BlobStore) -> None:
+def test_a_search_out_of_time_says_how_far_it_got_and_goes_on_from_there(
+    dir_store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import time
 
+    from app.blobstore import search
     from app.blobstore.search import Count as HitCount
     from app.blobstore.search import Matcher, count_more, find_next, find_prev
 
+    monkeypatch.setattr(search, "READ", 4096)
     data = filler(3000, "a").encode() + b"the one NEEDLE\n" + filler(3000, "b").encode()
     pending = put(dir_store, data, frame_bytes=4000)
-    m = Matcher.compile("NEEDLE", is_regex=False, case=True)
-    past = time.monotonic() - 1
-    f = find_next(dir_store, pending.sha256, pending.frames, m, start_line=1, deadline=past)
-    assert f.line is None and not f.done and f.reached == 0
-    b = find_prev(dir_store, pending.sha256, pending.frames, m, before_line=6001, deadline=past)
-    assert b.line is None and not b.done and b.reached > 3001
-    assert (
-        find_prev(dir_store, pending.sha256, pending.frames, m, before_line=b.reached, deadline=FAR).line
-        == 3001
-    )
-    c = count_more(dir_store, pending.sha256, pending.frames, m, HitCount(), deadline=past)
-    assert not c.done and c.lines == 0
-    c = count_more(dir_store, pending.sha256, pending.frames, m, HitCount(0, 2000), deadline=FAR)
-    assert c.done and c.lines == 1
+    sha, ix = pending.sha256, pending.frames
+    for m in (
+        Matcher.compile("NEEDLE", is_regex=False, case=True),
+        Matcher.compile("needle", is_regex=True, case=False),
+    ):
+        # a deadline already past: each call still reads one piece (one frame back), and says
+        # where it got; going on from there reaches the hit
+        past = time.monotonic() - 1
+        at, steps = 0, 0
+        while (f := find_next(dir_store, sha, ix, m, start_line=at + 1, deadline=past)).line is None:
+            assert not f.done and f.reached > at
+            at, steps = f.reached, steps + 1
+        assert f.line == 3001 and steps > 10
+        at, steps = 6001, 0
+        while (b := find_prev(dir_store, sha, ix, m, before_line=at, deadline=past)).line is None:
+            assert not b.done and b.reached < at
+            at, steps = b.reached, steps + 1
+        assert b.line == 3001 and steps > 10
+        c, steps = HitCount(), 0
+        while not (c := count_more(dir_store, sha, ix, m, c, deadline=past)).done:
+            steps += 1
+        assert c.lines == 1 and steps > 10
 
 
 def test_a_hostile_pattern_is_stopped_by_the_deadline(dir_store: BlobStore) -> None:

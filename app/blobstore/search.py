@@ -25,6 +25,7 @@ from app.blobstore.window import FrameIndex
 
 READ = 1 << 20  # decompressed bytes read at a time going forward
 MAX_CARRY = 8 << 20  # of one line: a longer line is searched in pieces of this size
+FIRST_PIECE = 0.25  # seconds the first piece of a search may take whatever its deadline (progress)
 
 
 class SearchTimeout(Exception):
@@ -253,10 +254,10 @@ def find_next(
     ix = FrameIndex.parse(index)
     reached = start_line - 1
     try:
-        for line, data, end in _blocks(store, sha256, ix, max(1, start_line)):
-            if time.monotonic() > deadline:
+        for k, (line, data, end) in enumerate(_blocks(store, sha256, ix, max(1, start_line))):
+            if k and time.monotonic() > deadline:  # one piece at least: every request gets on
                 return Found(None, reached, False)
-            at = matcher.first(data, 0, end, deadline)
+            at = matcher.first(data, 0, end, deadline if k else max(deadline, time.monotonic() + FIRST_PIECE))
             if at is not None:
                 n = line + data.count(b"\n", 0, at)
                 return Found(n, n, False)
@@ -288,6 +289,7 @@ def find_prev(
     # a line that started in an earlier frame, and is carried back to it
     carry = b""
     reached = before_line
+    searched = False  # some line was searched (the first frame may hold none of the asked)
     try:
         for f in range(frame, -1, -1):
             with _open(store, sha256, ix, f) as fh:
@@ -301,13 +303,16 @@ def find_prev(
             if f and head == 0:  # no newline: the whole frame is inside one line
                 carry = data[:limit][:MAX_CARRY]
                 continue
-            at = matcher.last(data, head, limit, deadline)
-            if at is not None:
-                n = ix.newlines[f] + 1 + data.count(b"\n", 0, at)
-                return Found(n, n, False)
-            reached = ix.newlines[f] + 1 + (1 if f else 0)
+            if head < limit:
+                until = deadline if searched else max(deadline, time.monotonic() + FIRST_PIECE)
+                at = matcher.last(data, head, limit, until)
+                if at is not None:
+                    n = ix.newlines[f] + 1 + data.count(b"\n", 0, at)
+                    return Found(n, n, False)
+                searched = True
+                reached = ix.newlines[f] + 1 + (1 if f else 0)
             carry = data[:head][:MAX_CARRY]
-            if time.monotonic() > deadline and f:
+            if searched and f and time.monotonic() > deadline:
                 return Found(None, reached, False)
     except SearchTimeout:
         return Found(None, reached, False)
@@ -360,11 +365,14 @@ def count_more(
     ix = FrameIndex.parse(index)
     got = Count(count.lines, count.reached, False)
     try:
-        for line, data, end in _blocks(store, sha256, ix, count.reached + 1):
-            if time.monotonic() > deadline:  # checked before a block: the log's last is counted
+        for k, (line, data, end) in enumerate(_blocks(store, sha256, ix, count.reached + 1)):
+            # checked before a block (the log's last piece is counted) but after the first (a
+            # slow read still counts on)
+            if k and time.monotonic() > deadline:
                 return got
             pos, n = 0, 0
-            while (at := matcher.first(data, pos, end, deadline)) is not None:
+            until = deadline if k else max(deadline, time.monotonic() + FIRST_PIECE)
+            while (at := matcher.first(data, pos, end, until)) is not None:
                 n += 1
                 nl = data.find(b"\n", at, end)
                 if nl < 0:

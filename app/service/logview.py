@@ -375,12 +375,12 @@ def find(
     matcher: Matcher,
     from_line: int,
     forward: bool,
-    budget: float = SEARCH_BUDGET,
+    budget: float | None = None,
 ) -> Found:
     """The next line after ``from_line`` (or the previous one before it) that ``matcher``
     matches, searched for at most ``budget`` seconds (then ``Found.reached`` says how far)."""
     f = _file(ctx, analysis_id=analysis_id, position=position, principal=principal)
-    deadline = time.monotonic() + budget
+    deadline = time.monotonic() + (SEARCH_BUDGET if budget is None else budget)
     try:
         if forward:
             return find_next(
@@ -422,7 +422,7 @@ def load_view(
     max_lines: int | None = None,
     query: Query | None = None,
     fold: bool = True,
-    count_budget: float = COUNT_BUDGET,
+    count_budget: float | None = None,
 ) -> LogView:
     """A page of file ``position`` of an analysis the principal may read (the API's rule);
     with a query, its matches marked and the lines it matches counted (see `count_hits`)."""
@@ -434,7 +434,14 @@ def load_view(
     try:
         window = read_window(ctx.store, f.sha256, f.index, line=line, offset=offset, **kwargs)
         count = (
-            count_hits(ctx, f.sha256, f.index, query, matcher, budget=count_budget)
+            count_hits(
+                ctx,
+                f.sha256,
+                f.index,
+                query,
+                matcher,
+                budget=COUNT_BUDGET if count_budget is None else count_budget,
+            )
             if query is not None and matcher is not None
             else None
         )

@@ -132,13 +132,18 @@ async def viewer_page(
             if found.line is not None:
                 return RedirectResponse(f"{url(line=found.line)}#L{found.line}", status_code=303)
             key = "err" if errors else "dir"
+            # no line read within the budget: going on would ask the same again
+            stuck = not found.done and (found.reached <= from_line if going else found.reached >= from_line)
             searched = {
+                "stuck": stuck,
                 "errors": errors,
                 "forward": going,
                 "from": from_line,
                 "reached": found.reached,
                 "done": found.done,
-                "more": None if found.done else url(**{"from": found.reached, key: direction or err}),
+                "more": None
+                if found.done or stuck
+                else url(**{"from": found.reached, key: direction or err}),
             }
             at_line, at_offset = (max(1, from_line) if from_line else None), None
     view = await asyncio.to_thread(

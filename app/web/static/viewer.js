@@ -167,6 +167,18 @@
       });
     });
 
+    // --- a long search goes on by itself (the page says how far it got), a few times -------------
+    const on = document.querySelector("a[data-search-on]");
+    const session = (fn) => { try { return fn(window.sessionStorage); } catch (e) { return null; } };
+    const hops = Number(session((st) => st.getItem(STORE + "hops")) || "0");
+    if (on && hops < 20) {
+      session((st) => st.setItem(STORE + "hops", String(hops + 1)));
+      say("Searching on…");
+      window.location.replace(on.href);
+    } else {
+      session((st) => st.removeItem(STORE + "hops"));
+    }
+
     // --- keys -----------------------------------------------------------------------------------------
     const help = document.getElementById("viewer-keys");
     if (help) help.hidden = false;
