@@ -850,6 +850,36 @@ def test_a_search_out_of_time_says_how_far_it_got_and_goes_on_from_there(
         assert c.lines == 1 and steps > 10
 
 
+def test_next_error_finds_the_same_lines_with_and_without_hyperscan(dir_store: BlobStore) -> None:
+    import dataclasses
+
+    from app.blobstore.search import find_next, find_prev
+    from app.service.logview import ERRORS, error_matcher
+
+    data = search_log(random.Random(3), 1500)
+    data += b"x [E0502 11:10:00.100000 ProcessGroupNCCL.cpp:616] watchdog\nan Error_rate 0\nValueError: x\n"
+    ref = Ref.of(data)
+    want = ref_hits(ref, lambda b: re.search(ERRORS.encode(), b) is not None)
+    assert len(want) > 5 and ref.count - 2 in want and ref.count in want and ref.count - 1 not in want
+    pending = put(dir_store, data, frame_bytes=4000)
+    fast = error_matcher()
+    for m in (fast, dataclasses.replace(fast, hs=None)):
+        got, line = [], 0
+        while (
+            f := find_next(dir_store, pending.sha256, pending.frames, m, start_line=line + 1, deadline=FAR)
+        ).line:
+            got.append(f.line)
+            line = f.line
+        assert got == want
+        back, line = [], ref.count + 1
+        while (
+            f := find_prev(dir_store, pending.sha256, pending.frames, m, before_line=line, deadline=FAR)
+        ).line:
+            back.append(f.line)
+            line = f.line
+        assert back == want[::-1]
+
+
 def test_a_hostile_pattern_is_stopped_by_the_deadline(dir_store: BlobStore) -> None:
     import time
 
