@@ -668,6 +668,30 @@ def test_a_pattern_too_slow_for_the_log_stops_with_a_message(client: httpx.Clien
 
 
 @pytest.mark.slow  # a live server
+def test_the_rest_api_finds_the_next_hit_and_refuses_a_bad_pattern_as_a_problem(
+    client: httpx.Client, deep: dict[str, Any]
+) -> None:
+    aid = deep["id"]
+    url = f"{API}/{aid}/log/search"
+    r = client.get(url, params={"q": "worknccl", "from": 2402})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["line"] == 2403 and body["page"].endswith(f"/analyses/{aid}/files/0?line=2403#L2403")
+    assert client.get(url, params={"q": "WorkNCCL", "from": 2403, "dir": "prev"}).json()["line"] == 2402
+    assert client.get(url, params={"q": "worknccl", "case": "true"}).json() == {
+        "line": None,
+        "reached": 3604,
+        "done": True,
+        "page": None,
+    }
+    assert [client.get(url, params={"from": n}).json()["line"] for n in (0, 1201, 2404)] == [1201, 2402, None]
+    bad = client.get(url, params={"q": "(x", "regex": "true"})
+    assert bad.status_code == 422 and bad.headers["content-type"].startswith("application/problem+json")
+    assert "cannot be used" in bad.json()["detail"]
+    assert client.get(url, params={"file": 3}).status_code == 404
+
+
+@pytest.mark.slow  # a live server
 def test_the_stored_index_matches_the_blobs_real_frames(server: LiveServer) -> None:
     """A log over a few frames: `blobs.line_index` names each frame of the stored file, each
     frame decompresses on its own from its offset, and the viewer's end page is right."""

@@ -391,6 +391,32 @@ def find(
         raise _missing(f) from None
 
 
+def search(
+    ctx: ServiceContext,
+    *,
+    analysis_id: str,
+    position: int,
+    principal: Principal,
+    query: Query | None,
+    from_line: int,
+    forward: bool,
+) -> Found:
+    """`find` for the REST API: the query (None: lines that read as errors) compiled once the
+    principal is known to be allowed to read the log, so a refused read never says whether a
+    pattern was good."""
+    _file(ctx, analysis_id=analysis_id, position=position, principal=principal)
+    matcher = error_matcher() if query is None else compile_query(query)
+    return find(
+        ctx,
+        analysis_id=analysis_id,
+        position=position,
+        principal=principal,
+        matcher=matcher,
+        from_line=from_line,
+        forward=forward,
+    )
+
+
 def count_hits(
     ctx: ServiceContext, sha256: str, index: Any, query: Query, matcher: Matcher, *, budget: float
 ) -> HitCount:
