@@ -66,7 +66,7 @@ class Matcher:
             text = regex.compile(src, flags)
             fwd = regex.compile(src.encode("utf-8"), flags)
             rev = regex.compile(src.encode("utf-8"), flags | regex.REVERSE)
-        except (regex.error, ValueError, OverflowError) as exc:
+        except (regex.error, ValueError, OverflowError, RecursionError) as exc:
             raise ValueError(str(exc)) from None
         try:
             empty = text.search("", timeout=0.05) is not None
