@@ -154,14 +154,15 @@ def main() -> int:
             "   (search + page + count ms)"
         )
         for label, m, start, forward in cases:
-            count = Count()
+            # the page counts search hits, not errors
+            count = None if m is logview.error_matcher() else Count()
             first = hop(s, m, start=start, forward=forward, count=count)
             nxt = (
                 hop(s, m, start=first["line"], forward=forward, count=count)
                 if first["line"]
                 else {"total_ms": float("nan")}
             )
-            rows[label] = {"first": first, "next": nxt, "count": vars(count)}
+            rows[label] = {"first": first, "next": nxt, "count": vars(count) if count else None}
             print(
                 f"{label:<58}{first['line'] or '-':>12}{first['requests']:>6}{first['total_ms']:>9.0f}ms"
                 f"{nxt['total_ms']:>8.0f}ms   ({first['search_ms']:.0f} + {first['page_ms']:.0f} + "

@@ -578,6 +578,13 @@ def test_search_lands_on_each_hit_with_a_plain_get_and_counts_them(
     assert r.status_code == 200 and "No match of “WorkNCCL” after line 2,404 to the end" in r.text
     back = go(client, f"{here}?q=WorkNCCL&dir=prev&from=2404")
     assert back.headers["location"].endswith("line=2403#L2403")
+    # the form of a page without a target line (starting at line 2403) sends the line above it:
+    # Find previous searches that line too
+    page = html_of(client, f"{here}?offset={len(''.join(deep['log'].splitlines(True)[:2402]).encode())}").text
+    assert rows(page)[0] == 2403 and 'name="from" value="2402"' in page and 'name="top" value="1"' in page
+    assert go(client, f"{here}?q=WorkNCCL&from=2402&top=1&dir=prev").headers["location"].endswith("#L2402")
+    assert go(client, f"{here}?q=WorkNCCL&from=2402&dir=prev").status_code == 200  # none above 2402
+    assert "not supported" in html_of(client, f"{here}?q=%28%3Fr%29x&re=1").text
     # the case toggle and a regex; the links keep them
     assert go(client, f"{here}?q=worknccl&dir=next&from=0").status_code == 303
     assert go(client, f"{here}?q=worknccl&case=1&dir=next&from=0").status_code == 200

@@ -68,6 +68,8 @@ class Matcher:
             rev = regex.compile(src.encode("utf-8"), flags | regex.REVERSE)
         except (regex.error, ValueError, OverflowError, RecursionError) as exc:
             raise ValueError(str(exc)) from None
+        if text.flags & regex.REVERSE:  # an inline (?r): "first" would find the last match
+            raise ValueError("reverse searching, (?r), is not supported: use Find previous")
         try:
             empty = text.search("", timeout=0.05) is not None
         except TimeoutError:

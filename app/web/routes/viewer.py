@@ -76,6 +76,7 @@ async def viewer_page(
     wrap: str | None = None,
     ts: str | None = None,
     fold: str | None = None,
+    top: str | None = None,
 ) -> Response:
     pos = _position(position)
     here = f"/analyses/{analysis_id.upper()}/files/{pos}"
@@ -114,6 +115,11 @@ async def viewer_page(
     error_forward = _direction(err, "err")
     if forward is not None or error_forward is not None:
         from_line = logview.parse_number(start, "from", least=0) or 0
+        if top == "1" and forward is False:
+            # the search form of a page without a target line sends the line above the page
+            # (for Find next, the page's first line is searched too); Find previous starts at
+            # the page's first line, so the line above it is searched as well
+            from_line += 1
         errors = error_forward is not None
         going = error_forward if errors else forward
         assert going is not None
