@@ -605,6 +605,10 @@ def test_a_bad_regex_is_a_clear_message_on_the_page_never_a_500(
             r = html_of(client, f"{here}?q={q}&re=1{extra}")
             assert r.status_code == 422, (q, r.status_code)
             assert 'role="alert"' in r.text and "cannot be used" in r.text and rows(r.text)
+    r = html_of(client, f"{here}?q=%28x&re=1&dir=next&from=2000")  # the page stays where it was
+    assert r.status_code == 422 and 2000 in rows(r.text)
+    r = html_of(client, f"{here}?q=&dir=next&from=2000")
+    assert r.status_code == 200 and 2000 in rows(r.text)
     r = html_of(client, f"{here}?q=x&dir=sideways")
     assert r.status_code == 422 and "next or prev" in r.text
 

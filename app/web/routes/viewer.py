@@ -124,7 +124,9 @@ async def viewer_page(
         going = error_forward if errors else forward
         assert going is not None
         what = logview.error_matcher() if errors else matcher
-        if what is not None:
+        if what is None:  # an empty (or refused) search: the page stays where it was
+            at_line, at_offset = (max(1, from_line) if from_line else None), None
+        else:
             found: Found = await asyncio.to_thread(
                 logview.find,
                 ctx,
