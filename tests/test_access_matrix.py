@@ -72,6 +72,7 @@ ROUTES: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/analyses/{analysis_id}/report.md"): Need("own"),
     ("GET", "/api/v1/analyses/{analysis_id}/report.html"): Need("own"),
     ("GET", "/api/v1/analyses/{analysis_id}/log"): Need("own"),
+    ("GET", "/api/v1/analyses/{analysis_id}/log/search"): Need("own"),
     ("POST", "/api/v1/analyses/{analysis_id}/feedback"): Need("read", ok=201),
     ("POST", "/api/v1/analyses/{analysis_id}/retriage"): Need("admin"),
     ("GET", "/api/v1/rules"): Need("read"),

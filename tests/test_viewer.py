@@ -455,7 +455,7 @@ def test_the_viewer_opens_at_the_evidence_line_with_permalinks(
     assert shown[0] < line - 100 and shown[-1] > line + 100  # around it
     assert f'data-first-line="{shown[0]}" data-last-line="{shown[-1]}"' in html
     assert f'<a class="ln-link" href="#L{line}">{line}</a>' in html  # every number is its permalink
-    row = re.search(rf'<tr id="L{line}" data-line="{line}" class="hit" title="([^"]*)">', html)
+    row = re.search(rf'<tr id="L{line}" data-line="{line}" class="hit[a-z ]*" title="([^"]*)">', html)
     assert row and root["title"] in row.group(1)
     assert "uncorrectable ECC error" in html
     assert f'{API}/{aid}/log?file=0"' in html and f'href="/analyses/{aid}"' in html  # download, report
@@ -515,7 +515,7 @@ def test_finding_navigation_jumps_between_findings_across_pages(
     assert "Previous finding" not in at_root
     at_nccl = html_of(client, nxt.group(1).split("#")[0]).text
     assert re.search(r'title="line 1201">↑ Previous finding', at_nccl)
-    marked = [int(n) for n in re.findall(r'<tr id="L(\d+)" data-line="\d+" class="hit"', at_nccl)]
+    marked = [int(n) for n in re.findall(r'<tr id="L(\d+)" data-line="\d+" class="hit\b', at_nccl)]
     assert set(nccl) <= set(marked)
     # the finding list in the header names every finding line
     for n in [1201, *nccl]:
@@ -550,6 +550,156 @@ def test_bad_input_is_a_page_or_clamped_never_a_500(client: httpx.Client, deep: 
     for path in [f"{here}/0?line=99999999", f"{here}/0?line={'9' * 30}", f"{here}/0?offset={'9' * 30}"]:
         r = html_of(client, path)
         assert r.status_code == 200 and rows(r.text)[-1] == 3604, path
+
+
+def go(c: httpx.Client, path: str) -> httpx.Response:
+    """A search link: the 303 to the hit (or the page saying there is none)."""
+    return c.get(path, headers={"Accept": "text/html"}, follow_redirects=False)
+
+
+@pytest.mark.slow  # a live server
+def test_search_lands_on_each_hit_with_a_plain_get_and_counts_them(
+    client: httpx.Client, deep: dict[str, Any]
+) -> None:
+    aid = deep["id"]
+    here = f"/analyses/{aid}/files/0"
+    r = go(client, f"{here}?q=WorkNCCL&dir=next&from=0")
+    assert r.status_code == 303 and r.headers["location"] == f"{here}?q=WorkNCCL&line=2402#L2402"
+    page = html_of(client, r.headers["location"]).text
+    assert re.search(r'<tr id="L2402" data-line="2402" class="hit match[a-z ]*"', page)
+    assert "<mark>WorkNCCL</mark>" in page and page.count("<mark>") == 3  # the three on this page
+    assert re.search(r"<strong>3</strong> lines match", page)
+    assert 'value="WorkNCCL"' in page  # the form keeps the query
+    seen, line = [], 0
+    while (r := go(client, f"{here}?q=WorkNCCL&dir=next&from={line}")).status_code == 303:
+        line = int(r.headers["location"].rsplit("#L", 1)[1])
+        seen.append(line)
+    assert seen == [2402, 2403, 2404]
+    assert r.status_code == 200 and "No match of “WorkNCCL” after line 2,404 to the end" in r.text
+    back = go(client, f"{here}?q=WorkNCCL&dir=prev&from=2404")
+    assert back.headers["location"].endswith("line=2403#L2403")
+    # the form of a page without a target line (starting at line 2403) sends the line above it:
+    # Find previous searches that line too
+    page = html_of(client, f"{here}?offset={len(''.join(deep['log'].splitlines(True)[:2402]).encode())}").text
+    assert rows(page)[0] == 2403 and 'name="from" value="2402"' in page and 'name="top" value="1"' in page
+    assert go(client, f"{here}?q=WorkNCCL&from=2402&top=1&dir=prev").headers["location"].endswith("#L2402")
+    assert go(client, f"{here}?q=WorkNCCL&from=2402&dir=prev").status_code == 200  # none above 2402
+    assert "not supported" in html_of(client, f"{here}?q=%28%3Fr%29x&re=1").text
+    # the case toggle and a regex; the links keep them
+    assert go(client, f"{here}?q=worknccl&dir=next&from=0").status_code == 303
+    assert go(client, f"{here}?q=worknccl&case=1&dir=next&from=0").status_code == 200
+    rx = go(client, f"{here}?q=pid%3D9041%5Cd&re=1&dir=next&from=0")
+    assert rx.headers["location"] == f"{here}?q=pid%3D9041%5Cd&re=1&line=1201#L1201"
+    page = html_of(client, rx.headers["location"]).text
+    assert "<mark>pid=90412</mark>" in page
+    assert f'href="{here}?q=pid%3D9041%5Cd&amp;re=1&amp;dir=next&amp;from=1201"' in page
+
+
+@pytest.mark.slow  # a live server
+def test_a_bad_regex_is_a_clear_message_on_the_page_never_a_500(
+    client: httpx.Client, deep: dict[str, Any]
+) -> None:
+    here = f"/analyses/{deep['id']}/files/0"
+    for q in ["(unclosed", "a**", "x*"]:
+        for extra in ["", "&dir=next&from=0"]:
+            r = html_of(client, f"{here}?q={q}&re=1{extra}")
+            assert r.status_code == 422, (q, r.status_code)
+            assert 'role="alert"' in r.text and "cannot be used" in r.text and rows(r.text)
+    r = html_of(client, f"{here}?q=%28x&re=1&dir=next&from=2000")  # the page stays where it was
+    assert r.status_code == 422 and 2000 in rows(r.text)
+    r = html_of(client, f"{here}?q=&dir=next&from=2000")
+    assert r.status_code == 200 and 2000 in rows(r.text)
+    r = html_of(client, f"{here}?q=x&dir=sideways")
+    assert r.status_code == 422 and "next or prev" in r.text
+
+
+@pytest.mark.slow  # a live server
+def test_next_error_walks_the_lines_that_read_as_errors(client: httpx.Client, deep: dict[str, Any]) -> None:
+    here = f"/analyses/{deep['id']}/files/0"
+    seen, line = [], 0
+    while (r := go(client, f"{here}?err=next&from={line}")).status_code == 303:
+        line = int(r.headers["location"].rsplit("#L", 1)[1])
+        seen.append(line)
+    assert seen == [1201, 2402, 2403, 2404]  # the RuntimeError, glog's E lines
+    assert "No line that reads as an error after line 2,404" in r.text
+    r = go(client, f"{here}?err=prev&from=2402")
+    assert r.headers["location"] == f"{here}?line=1201#L1201"
+    page = html_of(client, f"{here}?line=1201").text
+    assert re.search(r'<tr id="L1201" data-line="1201" class="hit err"', page)
+
+
+@pytest.mark.slow  # a live server
+def test_display_choices_fold_and_permalink_params_survive_the_links(
+    client: httpx.Client, deep: dict[str, Any]
+) -> None:
+    here = f"/analyses/{deep['id']}/files/0"
+    page = html_of(client, f"{here}?line=1201").text
+    # 1,200 filler lines alike but for their numbers: folded after the first, the ECC line not
+    folds = re.findall(r'<details class="fold"><summary>([\d,]+) more lines like the one above', page)
+    assert folds and sum(int(n.replace(",", "")) for n in folds) >= 490
+    assert 'data-wrap="auto"' in page and 'data-ts="on"' in page
+    plain = html_of(client, f"{here}?line=1201&fold=0&wrap=1").text
+    assert '<details class="fold">' not in plain and 'data-wrap="on"' in plain
+    assert rows(plain) == rows(page)  # folding hides nothing from the page's rows
+    # the pager, the finding links and the go-to form keep the choices
+    assert f'href="{here}?wrap=1&amp;fold=0&amp;offset=' in plain
+    assert '<input type="hidden" name="fold" value="0">' in plain
+    go_to = go(client, f"{here}?goto=3000&fold=0")
+    assert go_to.headers["location"] == f"{here}?fold=0&line=3000#L3000"
+
+
+@pytest.mark.slow  # a live server
+def test_a_search_out_of_budget_says_how_far_it_got_and_goes_on_to_the_hit(
+    client: httpx.Client, deep: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.blobstore import search
+    from app.service import logview
+
+    monkeypatch.setattr(logview, "SEARCH_BUDGET", 0.0)  # one piece of the log per request
+    monkeypatch.setattr(search, "READ", 8192)
+    here = f"/analyses/{deep['id']}/files/0"
+    path, reached, hops = f"{here}?q=alert%281%29&dir=next&from=0", 0, 0
+    while (r := go(client, path)).status_code == 200:
+        m = re.search(r'href="([^"]+)" data-search-on>Search on from line ([\d,]+)', r.text)
+        assert m, r.text[r.text.find("viewer-status") :][:1500]
+        now = int(m.group(2).replace(",", ""))
+        assert now > reached  # every request gets on
+        assert f"between line {reached:,} and line {now:,} of 3,604 yet" in r.text.replace("&#34;", '"')
+        path, reached, hops = m.group(1).replace("&amp;", "&"), now, hops + 1
+    assert r.status_code == 303 and r.headers["location"].endswith("line=3604#L3604") and hops > 10
+
+
+@pytest.mark.slow  # a live server
+def test_a_pattern_too_slow_for_the_log_stops_with_a_message(client: httpx.Client) -> None:
+    r = client.post(API, content=("a" * 3000 + "!\n").encode() * 200, headers={"Content-Type": "text/plain"})
+    assert r.status_code == 201, r.text
+    page = go(client, f"/analyses/{r.json()['id']}/files/0?q=%28a%2B%29%2B%24&re=1&dir=next&from=0")
+    assert page.status_code == 200 and "the pattern is too slow on this log" in page.text
+    assert "data-search-on" not in page.text
+
+
+@pytest.mark.slow  # a live server
+def test_the_rest_api_finds_the_next_hit_and_refuses_a_bad_pattern_as_a_problem(
+    client: httpx.Client, deep: dict[str, Any]
+) -> None:
+    aid = deep["id"]
+    url = f"{API}/{aid}/log/search"
+    r = client.get(url, params={"q": "worknccl", "from": 2402})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["line"] == 2403 and body["page"].endswith(f"/analyses/{aid}/files/0?line=2403#L2403")
+    assert client.get(url, params={"q": "WorkNCCL", "from": 2403, "dir": "prev"}).json()["line"] == 2402
+    assert client.get(url, params={"q": "worknccl", "case": "true"}).json() == {
+        "line": None,
+        "reached": 3604,
+        "done": True,
+        "page": None,
+    }
+    assert [client.get(url, params={"from": n}).json()["line"] for n in (0, 1201, 2404)] == [1201, 2402, None]
+    bad = client.get(url, params={"q": "(x", "regex": "true"})
+    assert bad.status_code == 422 and bad.headers["content-type"].startswith("application/problem+json")
+    assert "cannot be used" in bad.json()["detail"]
+    assert client.get(url, params={"file": 3}).status_code == 404
 
 
 @pytest.mark.slow  # a live server
@@ -632,3 +782,225 @@ def fresh_db_url(db_url: str, request: pytest.FixtureRequest, tmp_path: Path) ->
         return f"sqlite:///{tmp_path / 'own.db'}"
     url: str = request.getfixturevalue("pg_schemas").new()
     return url
+
+
+# --- search, error lines and the shown line (no server) ---------------------------------------------
+
+FAR = 1e18  # a deadline that never passes: the answer must not depend on the clock
+
+
+def ref_hits(ref: Ref, pred: Any) -> list[int]:
+    return [n for n in range(1, ref.count + 1) if pred(ref.raw[n - 1].rstrip(b"\n"))]
+
+
+def search_log(rng: random.Random, n: int) -> bytes:
+    out = []
+    for i in range(n):
+        r = rng.random()
+        if r < 0.02:
+            out.append(f"step {i} NEEDLE found, Needle again")
+        elif r < 0.04:
+            out.append(f"step {i} needle in lower case")
+        elif r < 0.05:
+            out.append(f"long {i} " + "y" * rng.randint(800, 2500) + " NEEDLE at the end")
+        elif r < 0.06:
+            out.append(f"Traceback (most recent call last): {i}")
+        else:
+            out.append(f"step {i} loss {rng.random():.4f} " + "z" * rng.randint(0, 60))
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize(
+    ("pattern", "is_regex", "case", "pred"),
+    [
+        ("NEEDLE", False, True, lambda b: b"NEEDLE" in b),
+        ("needle", False, False, lambda b: b"needle" in b.lower()),
+        (r"N\w+E\b", True, True, lambda b: re.search(rb"N\w+E\b", b) is not None),
+        (r"^step \d+ needle", True, True, lambda b: re.match(rb"step \d+ needle", b) is not None),
+        (r"again$", True, False, lambda b: b.lower().endswith(b"again")),
+        # \s would cross a newline in the blob's bytes: a hit is a match inside one line
+        (r"again\s+step", True, True, lambda b: False),
+    ],
+)
+def test_search_finds_every_hit_forward_and_backward_across_frames(
+    dir_store: BlobStore, pattern: str, is_regex: bool, case: bool, pred: Any
+) -> None:
+    from app.blobstore.search import Count as HitCount
+    from app.blobstore.search import Matcher, count_more, find_next, find_prev
+
+    data = search_log(random.Random(7), 1500)
+    ref = Ref.of(data)
+    want = ref_hits(ref, pred)
+    m = Matcher.compile(pattern, is_regex=is_regex, case=case)
+    pending = put(dir_store, data, frame_bytes=4000)
+    assert pending.frames is not None and len(pending.frames) > 20
+    for index in (pending.frames, None):  # with its index, and read from the start without one
+        got, line = [], 0
+        while (f := find_next(dir_store, pending.sha256, index, m, start_line=line + 1, deadline=FAR)).line:
+            got.append(f.line)
+            line = f.line
+        assert got == want and f.done
+        back, line = [], ref.count + 1
+        while (f := find_prev(dir_store, pending.sha256, index, m, before_line=line, deadline=FAR)).line:
+            back.append(f.line)
+            line = f.line
+        assert back == want[::-1] and f.done
+        c = count_more(dir_store, pending.sha256, index, m, HitCount(), deadline=FAR)
+        assert (c.lines, c.done) == (len(want), True)
+
+
+def test_a_search_out_of_time_says_how_far_it_got_and_goes_on_from_there(
+    dir_store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from app.blobstore import search
+    from app.blobstore.search import Count as HitCount
+    from app.blobstore.search import Matcher, count_more, find_next, find_prev
+
+    monkeypatch.setattr(search, "READ", 4096)
+    data = filler(3000, "a").encode() + b"the one NEEDLE\n" + filler(3000, "b").encode()
+    pending = put(dir_store, data, frame_bytes=4000)
+    sha, ix = pending.sha256, pending.frames
+    for m in (
+        Matcher.compile("NEEDLE", is_regex=False, case=True),
+        Matcher.compile("needle", is_regex=True, case=False),
+    ):
+        # a deadline already past: each call still reads one piece (one frame back), and says
+        # where it got; going on from there reaches the hit
+        past = time.monotonic() - 1
+        at, steps = 0, 0
+        while (f := find_next(dir_store, sha, ix, m, start_line=at + 1, deadline=past)).line is None:
+            assert not f.done and f.reached > at
+            at, steps = f.reached, steps + 1
+        assert f.line == 3001 and steps > 10
+        at, steps = 6001, 0
+        while (b := find_prev(dir_store, sha, ix, m, before_line=at, deadline=past)).line is None:
+            assert not b.done and b.reached < at
+            at, steps = b.reached, steps + 1
+        assert b.line == 3001 and steps > 10
+        c, steps = HitCount(), 0
+        while not (c := count_more(dir_store, sha, ix, m, c, deadline=past)).done:
+            steps += 1
+        assert c.lines == 1 and steps > 10
+
+
+def test_next_error_finds_the_same_lines_with_and_without_hyperscan(dir_store: BlobStore) -> None:
+    import dataclasses
+
+    from app.blobstore.search import find_next, find_prev
+    from app.service.logview import ERRORS, error_matcher
+
+    data = search_log(random.Random(3), 1500)
+    data += b"x [E0502 11:10:00.100000 ProcessGroupNCCL.cpp:616] watchdog\nan Error_rate 0\nValueError: x\n"
+    ref = Ref.of(data)
+    want = ref_hits(ref, lambda b: re.search(ERRORS.encode(), b) is not None)
+    assert len(want) > 5 and ref.count - 2 in want and ref.count in want and ref.count - 1 not in want
+    pending = put(dir_store, data, frame_bytes=4000)
+    fast = error_matcher()
+    for m in (fast, dataclasses.replace(fast, hs=None)):
+        got, line = [], 0
+        while (
+            f := find_next(dir_store, pending.sha256, pending.frames, m, start_line=line + 1, deadline=FAR)
+        ).line:
+            got.append(f.line)
+            line = f.line
+        assert got == want
+        back, line = [], ref.count + 1
+        while (
+            f := find_prev(dir_store, pending.sha256, pending.frames, m, before_line=line, deadline=FAR)
+        ).line:
+            back.append(f.line)
+            line = f.line
+        assert back == want[::-1]
+
+
+def test_a_hostile_pattern_is_stopped_by_the_deadline(dir_store: BlobStore) -> None:
+    import time
+
+    from app.blobstore.search import Matcher, find_next
+
+    data = ("a" * 3000 + "!\n").encode() * 50
+    pending = put(dir_store, data, frame_bytes=40_000)
+    m = Matcher.compile(r"(a+)+$", is_regex=True, case=True)
+    t = time.monotonic()
+    f = find_next(dir_store, pending.sha256, pending.frames, m, start_line=1, deadline=t + 0.3)
+    assert f.line is None and not f.done and time.monotonic() - t < 2
+
+
+def test_queries_the_search_cannot_use_say_why() -> None:
+    from app.errors import ValidationFailedError
+    from app.service.logview import Query, compile_query
+
+    for q, why in [("(unclosed", "cannot be used"), ("x*", "every line"), ("a" * 1001, "1,000")]:
+        with pytest.raises(ValidationFailedError, match=re.escape(why)):
+            compile_query(Query(q, regex=True))
+    assert compile_query(Query("x*", case=True)).literals == (b"x*",)  # plain text is never a pattern
+    assert compile_query(Query("x*")).spans("a x* b xx") == [(2, 4)]
+    assert compile_query(Query("Loss", case=False)).spans("step loss LOSS") == [(5, 9), (10, 14)]
+    assert compile_query(Query("Loss", case=True)).spans("step loss LOSS") == []
+
+
+def test_ansi_colours_become_classes_and_no_escape_code_is_left() -> None:
+    from app.service.logview import ansi_parts, mark_parts
+
+    line = "\x1b[1;31mERROR\x1b[0m step \x1b[38;5;2mok\x1b[39m \x1b[92mbright\x1b[m\x1b[2K done\r"
+    parts = ansi_parts(line)
+    assert [(p.text, p.cls) for p in parts] == [
+        ("ERROR", "a-b a-fg1"),
+        (" step ", ""),
+        ("ok", "a-fg2"),
+        (" ", ""),
+        ("bright", "a-fg10"),
+        (" done\u240d", ""),
+    ]
+    assert not any("\x1b" in p.text for p in parts)
+    marked = mark_parts(parts, [(3, 8), (11, 12)])  # "OR st", "o": across a colour change
+    assert [(p.text, p.mark) for p in marked if p.mark] == [("OR", True), (" st", True), ("o", True)]
+    assert "".join(p.text for p in marked) == "".join(p.text for p in parts)
+
+
+def _vl(n: int, text: str, **kw: Any) -> Any:
+    from app.service.logview import Part, ViewLine
+
+    return ViewLine(n, 0, text, 0, parts=[Part(text)], **kw)
+
+
+def test_runs_of_lines_alike_but_for_numbers_fold_after_their_first() -> None:
+    from app.service.logview import fold_lines
+
+    texts = ["start"] + [f"step {i} loss 0.{i}" for i in range(6)] + ["x", "y", "y", "y"] + ["z"]
+    lines = [_vl(i + 1, t) for i, t in enumerate(texts)]
+    blocks = fold_lines(lines, keep=set())
+    assert [([ln.number for ln in b.lines], b.folded) for b in blocks] == [
+        ([1, 2], False),
+        ([3, 4, 5, 6, 7], True),
+        ([8, 9, 10, 11, 12], False),  # three alike is not a run worth folding
+    ]
+    # the line a link points at, or one the search matches, is never folded
+    kept = fold_lines(lines, keep={5})
+    assert [([ln.number for ln in b.lines], b.folded) for b in kept] == [([*range(1, 13)], False)]
+    marked = [_vl(i + 1, t, marked=i == 4) for i, t in enumerate(texts)]
+    assert [b.folded for b in fold_lines(marked, keep=set())] == [False]
+
+
+def test_a_leading_timestamp_is_split_off_and_error_lines_are_told() -> None:
+    from app.blobstore.window import Line
+    from app.service.logview import _view_line
+
+    for text, ts in [
+        ("2024-05-01T12:00:03.123Z step 1", "2024-05-01T12:00:03.123Z "),
+        ("[2024-05-01 12:00:03,123] INFO x", "[2024-05-01 12:00:03,123] "),
+        ("May  1 12:00:03 host kernel: NVRM", "May  1 12:00:03 "),
+        ("step 12:00:03 later", ""),
+    ]:
+        v = _view_line(Line(1, 0, len(text), text, 0), {}, None)
+        assert "".join(p.text for p in v.ts) == ts
+        assert "".join(p.text for p in v.ts + v.parts) == text
+    for text, err in [
+        ("Traceback (most recent call last):", True),
+        ("torch.OutOfMemoryError: CUDA out of memory", True),
+        ("[E ProcessGroupNCCL.cpp] ERROR: watchdog", True),
+        ("step 5 error_rate 0.01 errors 0", False),
+    ]:
+        assert _view_line(Line(1, 0, len(text), text, 0), {}, None).error is err, text

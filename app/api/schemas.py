@@ -145,3 +145,13 @@ class LibraryInfo(BaseModel):
     active_rules: int
     classes: dict[str, dict[str, str]]
     changelog: str
+
+
+class LogSearchOut(BaseModel):
+    line: int | None = Field(description="the line found (1-based), or null")
+    reached: int = Field(
+        description="with no line: the last line looked at (going backward, the first), where a "
+        "search that goes on starts (`from`)"
+    )
+    done: bool = Field(description="the search reached the end (or the start) of the log")
+    page: str | None = Field(description="the log viewer's page at the line found")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Annotated, Any, BinaryIO
+from typing import Annotated, Any, BinaryIO, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -14,6 +14,7 @@ from app.api.schemas import (
     AnalysisResource,
     FeedbackIn,
     FeedbackOut,
+    LogSearchOut,
     RetriageOut,
 )
 from app.blobstore import iter_range
@@ -29,8 +30,8 @@ from app.http.openapi import problems
 from app.http.shared import base_url, content_disposition, parse_time
 from app.http.upload import Intake, Upload, intake_of, receive
 from app.render.markdown import render_markdown
+from app.service import logview, ops, present
 from app.service import notify as notify_
-from app.service import ops, present
 from app.service.analyses import Started
 from app.service.jobs import InputFile
 from app.service.metadata import Source, parse_labels
@@ -304,6 +305,47 @@ def get_log(
         media_type="text/plain; charset=utf-8",
         headers=headers,
     )
+
+
+@router.get(
+    "/analyses/{analysis_id}/log/search",
+    summary="The next (or previous) line of a stored log that a search matches",
+    description="Reads the stored log from line `from` on (or back from it) for about a second at "
+    "most: when that is not enough, `line` is null and `reached` says where to go on from. "
+    "Without `q`, the lines that read as errors (tracebacks, exception names, ERROR/FATAL, glog E "
+    "lines, crashes). A pattern the `regex` module refuses, or one that matches every line, is 422.",
+    response_model=LogSearchOut,
+    responses=problems(401, 403, 404, 422),
+)
+def search_log(
+    analysis_id: str,
+    request: Request,
+    ctx: CtxDep,
+    principal: PrincipalDep,
+    q: Annotated[str | None, Query(max_length=1000, description="the text (or pattern) to find")] = None,
+    regex: Annotated[bool, Query(description="`q` is a regular expression (the `regex` module)")] = False,
+    case: Annotated[bool, Query(description="case-sensitive")] = False,
+    file: Annotated[int, Query(ge=0, le=999_999, description="index of the file (see `files`)")] = 0,
+    start: Annotated[int, Query(alias="from", ge=0, description="the line to search after (before)")] = 0,
+    direction: Annotated[Literal["next", "prev"], Query(alias="dir")] = "next",
+) -> LogSearchOut:
+    query = logview.Query(q, regex=regex, case=case) if q else None
+    found = logview.search(
+        ctx,
+        analysis_id=analysis_id,
+        position=file,
+        principal=principal,
+        query=query,
+        from_line=start,
+        forward=direction == "next",
+    )
+    page = None
+    if found.line is not None:
+        page = (
+            f"{base_url(request, ctx)}/analyses/{analysis_id.upper()}/files/{file}"
+            f"?line={found.line}#L{found.line}"
+        )
+    return LogSearchOut(line=found.line, reached=found.reached, done=found.done, page=page)
 
 
 @router.get(
