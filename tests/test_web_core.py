@@ -206,7 +206,10 @@ def test_report_page_shows_evidence_patches_and_takes_feedback(
     assert "j&lt;b&gt;" in html and "j<b>" not in html
     assert "Who acts:" in html and "Hardware" in html
     # the job's action, with the host the log names
-    assert ">The job: Retry elsewhere</h2>" in html and "<strong>Retry the job without 10.1.2.3.</strong>" in html
+    assert (
+        ">The job: Retry elsewhere</h2>" in html
+        and "<strong>Retry the job without 10.1.2.3.</strong>" in html
+    )
     assert "symptom" in html  # the NCCL timeouts fold under the ECC error
     assert 'id="report-md"' in html and "# logtriage report" in html  # "copy as Markdown" source
     assert "<script>alert(1)</script>" not in html
