@@ -155,7 +155,7 @@ def test_viewer_opens_at_the_evidence_line_and_pages(
     res = client.get(f"{API}/{aid}").json()
     line = res["root_cause"]["evidence"][0]["line"]
     html = page(client, f"/analyses/{aid}/files/0?line={line}").text
-    assert f'id="L{line}"' in html and f'data-line="{line}" class="hit"' in html
+    assert f'id="L{line}"' in html and f'data-line="{line}" class="hit' in html  # hit (and err)
     assert "uncorrectable ECC error" in html
     assert 'href="/api/v1/analyses/' in html or "/log?file=0" in html  # the download
     assert page(client, f"/analyses/{aid}/files/9").status_code == 404

@@ -59,7 +59,13 @@ def get_outcomes(job_id: str, request: Request, ctx: CtxDep, _principal: ReadDep
 @router.get(
     "/hosts/exclude",
     summary="Hosts to leave out: hardware failures in several jobs (SLURM, Kubernetes and plain forms)",
-    responses=problems(401, 403, 422),
+    responses={
+        200: {
+            "description": "JSON (hosts, window, forms), or with `format` one form as text",
+            "content": {"application/json": {}, "text/plain": {"schema": {"type": "string"}}},
+        },
+        **problems(401, 403, 422),
+    },
 )
 def get_exclude(
     ctx: CtxDep,
@@ -81,7 +87,7 @@ def get_exclude(
 @router.post(
     "/hosts/{host}/clear",
     summary="Mark a host repaired: its earlier hardware failures stop counting",
-    responses=problems(401, 403, 422),
+    responses=problems(400, 401, 403, 422),
 )
 def clear_host(host: str, body: HostClearIn, ctx: CtxDep, principal: AdminDep) -> dict[str, Any]:
     return outcomes.clear_host(ctx, host=host, note=body.note, principal=principal)
