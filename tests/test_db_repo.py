@@ -662,3 +662,43 @@ def test_a_second_run_of_a_done_analysis_leaves_it_as_stored(
         after = repo.get_analysis(s, analysis_id=aid, full=True)
         assert [(f.position, f.blob_sha256) for f in after.files] == files_before
         assert after.result == before.result
+
+
+def _waited_for(analyze: Analyze, *, odd_host: str, kind: str = "straggler") -> dict[str, Any]:
+    """A collective timeout whose timeline names rank 1, on `odd_host`, as the rank waited for."""
+    res = result_of(
+        analyze,
+        "[rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, "
+        "Timeout(ms)=600000) ran for 600060 milliseconds before timing out.\n",
+    )
+    assert res["root_cause"]["failure_class"] == "nccl.collective_timeout"
+    res["timeline"] = {
+        "verdict": {"kind": kind, "ranks": [1], "summary": "rank 1 never joined"},
+        "ranks": [{"rank": 0, "hosts": ["10.3.0.1"]}, {"rank": 1, "hosts": [odd_host]}],
+    }
+    return res
+
+
+def test_the_ledger_counts_the_host_a_timed_out_job_waited_for(
+    db: Database, tmp_path: Path, analyze: Analyze
+) -> None:
+    from app.db.repo.completion import odd_rank_hosts
+
+    one = _waited_for(analyze, odd_host="10.3.0.9")
+    assert odd_rank_hosts(one) == ["10.3.0.9"]
+    assert odd_rank_hosts(_waited_for(analyze, odd_host="10.3.0.9", kind="uniform")) == []
+    assert odd_rank_hosts(_waited_for(analyze, odd_host="127.0.0.1")) == []
+    store_analysis(db, tmp_path, one, content=b"hang 1\n", meta=repo.JobMeta(job_id="h1"))
+    with db.read() as s:
+        assert repo.suspect_hosts(s, days=7, min_jobs=2) == []  # one hang is a hang
+    second = store_analysis(db, tmp_path, one, content=b"hang 2\n", meta=repo.JobMeta(job_id="h2"))
+    with db.read() as s:
+        found = repo.suspect_hosts(s, days=7, min_jobs=2)
+        assert [(x.host, x.jobs) for x in found] == [("10.3.0.9", 2)]
+        assert found[0].classes == [repo.ODD_RANK_CLASS] and found[0].latest_analysis_id == second
+        # the ranks that waited are not suspects, and the analysis' standing names the host
+        row = repo.get_analysis(s, analysis_id=second)
+        assert [x.host for x in repo.standing_of(s, row=row, days=7, suspect_min_jobs=2).suspects] == [
+            "10.3.0.9"
+        ]

@@ -210,6 +210,9 @@ def test_a_host_behind_hardware_faults_in_two_jobs_is_listed_until_cleared(clien
     assert slurm.status_code == 200 and host in slurm.text
     k8s = client.get(f"{API}/hosts/exclude", params={"format": "kubernetes"}).text
     assert f"kubectl taint nodes {host} " in k8s
+    ray_form = client.get(f"{API}/hosts/exclude", params={"format": "ray"}).text
+    assert f"# on {host}: " in ray_form and '--labels=\'{"logtriage-suspect": "true"}\'' in ray_form
+    assert 'label_selector={"logtriage-suspect": "!true"}' in ray_form
     assert client.get(f"{API}/hosts/exclude", params={"format": "xml"}).status_code == 422
     assert client.get(f"{API}/hosts/exclude", params={"min_jobs": 3}).json()["hosts"] == [
         h for h in body["hosts"] if h["jobs"] >= 3

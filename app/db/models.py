@@ -377,6 +377,16 @@ class OutcomeTally(Base):
     fixes_ok: Mapped[int] = mapped_column(Integer, default=0)
 
 
+class OddRankHost(Base):
+    """A host of the rank(s) a timed-out job waited for (the timeline's lead straggler, silent
+    or vanished rank): one such job says little, the same host in several is a lemon suspect."""
+
+    __tablename__ = "odd_rank_hosts"
+
+    analysis_id: Mapped[str] = mapped_column(ForeignKey("analyses.id", ondelete="CASCADE"), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255), primary_key=True, index=True)
+
+
 class HostClearance(Base):
     """An operator cleared a host (repaired, replaced): its hardware failures before this time no
     longer count towards the exclusion list."""

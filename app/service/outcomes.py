@@ -155,6 +155,19 @@ class ExcludeList:
             "kubernetes": "\n".join(
                 f"kubectl taint nodes {n} logtriage/suspect=true:NoSchedule --overwrite" for n in names
             ),
+            # Ray cannot exclude a node from a job; a label on the node (Ray >= 2.49, beta) and a
+            # selector that refuses it in the job's actors and placement groups do
+            "ray": "\n".join(
+                f"# on {n}: restart its Ray node with the label, e.g. ray start --address=HEAD:6379 "
+                f'--labels=\'{{"logtriage-suspect": "true"}}\''
+                for n in names
+            )
+            + (
+                '\n# in the job: @ray.remote(label_selector={"logtriage-suspect": "!true"}), '
+                "or the same label_selector on its placement group bundles"
+                if names
+                else ""
+            ),
             "plain": "\n".join(names),
         }
 

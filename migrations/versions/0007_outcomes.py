@@ -1,7 +1,8 @@
 """Outcomes: how the next attempt of a failed job ended, linked to the analysed failure it
 followed (issue 24: the measured history behind an analysis' action); host clearances: an
 operator's "this node was repaired", after which its earlier hardware failures stop counting;
-the outcomes' tallies per class, rule and fingerprint (the history is read from them).
+the outcomes' tallies per class, rule and fingerprint (the history is read from them); the
+hosts of the ranks timed-out jobs waited for (the ledger counts them across jobs).
 
 Revision ID: 0007
 Revises: 0006
@@ -66,6 +67,19 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("scope", "key", name=op.f("pk_outcome_tallies")),
     )
     op.create_table(
+        "odd_rank_hosts",
+        sa.Column("analysis_id", sa.String(length=26), nullable=False),
+        sa.Column("host", sa.String(length=255), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["analysis_id"],
+            ["analyses.id"],
+            name=op.f("fk_odd_rank_hosts_analysis_id_analyses"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("analysis_id", "host", name=op.f("pk_odd_rank_hosts")),
+    )
+    op.create_index("ix_odd_rank_hosts_host", "odd_rank_hosts", ["host"], unique=False)
+    op.create_table(
         "host_clearances",
         sa.Column("host", sa.String(length=255), nullable=False),
         sa.Column("cleared_at", sa.DateTime(timezone=True), nullable=False),
@@ -83,6 +97,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("host_clearances")
+    op.drop_index("ix_odd_rank_hosts_host", table_name="odd_rank_hosts")
+    op.drop_table("odd_rank_hosts")
     op.drop_table("outcome_tallies")
     for name in (
         "ix_outcomes_job_id",

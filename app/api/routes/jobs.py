@@ -58,7 +58,7 @@ def get_outcomes(job_id: str, request: Request, ctx: CtxDep, _principal: ReadDep
 
 @router.get(
     "/hosts/exclude",
-    summary="Hosts to leave out: hardware failures in several jobs (SLURM, Kubernetes and plain forms)",
+    summary="Hosts to leave out: hardware failures in several jobs (SLURM, Kubernetes, Ray, plain forms)",
     responses={
         200: {
             "description": "JSON (hosts, window, forms), or with `format` one form as text",
@@ -74,7 +74,7 @@ def get_exclude(
         int | None, Query(ge=1, le=3650, description="window (default: the recurrence window)")
     ] = None,
     min_jobs: Annotated[int | None, Query(ge=1, le=10000, description="jobs a host must have failed")] = None,
-    format: Annotated[Literal["json", "slurm", "kubernetes", "plain"], Query()] = "json",
+    format: Annotated[Literal["json", "slurm", "kubernetes", "ray", "plain"], Query()] = "json",
 ) -> Response:
     ex = outcomes.exclude_list(ctx, days=days, min_jobs=min_jobs)
     forms = ex.forms()

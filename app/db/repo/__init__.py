@@ -78,6 +78,7 @@ from app.db.repo.slack import (
     slack_thread_head,
 )
 from app.db.repo.standing import (
+    ODD_RANK_CLASS,
     Standing,
     SuspectHost,
     clear_host,
@@ -105,6 +106,7 @@ from app.db.repo.tokens import (
 )
 
 __all__ = [
+    "ODD_RANK_CLASS",
     "SCOPES",
     "TOKEN_PREFIX",
     "AnalysisFilter",

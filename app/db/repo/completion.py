@@ -17,6 +17,7 @@ from app.db.models import (
     Blob,
     Finding,
     FindingHost,
+    OddRankHost,
     RuleVersion,
     table_of,
     utcnow,
@@ -26,6 +27,7 @@ from app.db.repo.lifecycle import Draft, pending_row
 from app.db.repo.outcomes import Counts, outcome_counts
 from app.db.repo.standing import Standing, result_hardware_hosts, standing_of, suspect_hosts
 from app.engine import fingerprint as fingerprinting
+from app.engine.pipeline.verdict import real_host
 from app.errors import NotFoundError
 
 
@@ -130,6 +132,31 @@ def set_result(row: Analysis, analysis: dict[str, Any], library_version: str) ->
         fingerprinting.fingerprint(root["rule_id"], root.get("captures") or {}) if root else None
     )
     row.framework_detected = fw.get("name")
+
+
+# the timeline's lead verdicts that name the rank(s) the others waited for
+_ODD_KINDS = frozenset({"straggler", "silent_rank", "vanished", "first_collective"})
+
+
+def odd_rank_hosts(analysis: dict[str, Any]) -> list[str]:
+    """Hosts of the rank(s) a timed-out job waited for, as its timeline names them (none when
+    the root cause is a hardware fault: that host is counted as such)."""
+    root = analysis.get("root_cause") or {}
+    tl = analysis.get("timeline") or {}
+    lead = tl.get("verdict") or {}
+    if root.get("failure_class") != "nccl.collective_timeout" or lead.get("kind") not in _ODD_KINDS:
+        return []
+    ranks = set(lead.get("ranks") or [])
+    if not ranks or len(ranks) >= len(tl.get("ranks") or []):
+        return []  # every rank named: no odd one
+    hosts = {h for r in tl.get("ranks") or [] if r.get("rank") in ranks for h in r.get("hosts") or []}
+    return sorted(h for h in hosts if real_host(h))
+
+
+def insert_odd_hosts(session: Session, results: Sequence[tuple[Analysis, dict[str, Any]]]) -> None:
+    rows = [{"analysis_id": row.id, "host": h} for row, a in results for h in odd_rank_hosts(a)]
+    if rows:
+        session.execute(insert(table_of(OddRankHost)), rows)
 
 
 def insert_findings(
@@ -369,6 +396,7 @@ def _insert_results(session: Session, pairs: Sequence[tuple[Analysis, Completion
             session, rules=[r for _, c in group for r in c.rules], library_version=version
         )
         insert_findings(session, [(row, c.analysis) for row, c in group], rule_ids)
+        insert_odd_hosts(session, [(row, c.analysis) for row, c in group])
 
 
 def _standings(
@@ -387,7 +415,9 @@ def _standings(
         (fp, also): rollup.recurrence(session, fingerprint_=fp, days=days, pending=pending, also=also)
         for fp, also in sorted(set(keys.values()))
     }
-    hardware = [set(result_hardware_hosts(row, c.analysis)) for row, c in pairs]
+    hardware = [
+        set(result_hardware_hosts(row, c.analysis)) | set(odd_rank_hosts(c.analysis)) for row, c in pairs
+    ]
     every = sorted(set().union(*hardware))
     suspects = suspect_hosts(session, days=days, min_jobs=suspect_min_jobs, only=every) if every else []
     # one count per distinct root failure of the group: the history its action shows

@@ -13,10 +13,18 @@ from app.db import rollup
 from app.db.models import (
     Analysis,
     Finding,
+    OddRankHost,
     Retriage,
     utcnow,
 )
-from app.db.repo.completion import RuleRecord, insert_findings, root_hosts, rule_version_ids, set_result
+from app.db.repo.completion import (
+    RuleRecord,
+    insert_findings,
+    insert_odd_hosts,
+    root_hosts,
+    rule_version_ids,
+    set_result,
+)
 from app.errors import NotFoundError
 
 
@@ -79,8 +87,10 @@ def apply_retriage(
         )
     rule_ids = rule_version_ids(session, rules=rules, library_version=library_version)
     session.execute(delete(Finding).where(Finding.analysis_id == row.id))
+    session.execute(delete(OddRankHost).where(OddRankHost.analysis_id == row.id))
     set_result(row, analysis, library_version)
     insert_findings(session, [(row, analysis)], rule_ids)
+    insert_odd_hosts(session, [(row, analysis)])
     row.retriaged_at = utcnow()
     new = rollup.contribution_of(row, hosts=root_hosts(row, analysis))
     session.flush()

@@ -18,10 +18,14 @@ from app.db.models import (
     Finding,
     FindingHost,
     HostClearance,
+    OddRankHost,
     utcnow,
 )
 from app.db.repo.common import aware_utc, finding_hosts, iso_utc
 from app.db.repo.outcomes import Counts, outcome_counts
+
+# how the ledger names a host's timeouts as the odd rank among its classes
+ODD_RANK_CLASS = "nccl.collective_timeout (the rank waited for)"
 
 
 @dataclass
@@ -43,7 +47,8 @@ def suspect_hosts(
     now: dt.datetime | None = None,
     only: Iterable[str] | None = None,
 ) -> list[SuspectHost]:
-    """Hosts hit by hardware-class failures in at least `min_jobs` distinct jobs in the window."""
+    """Hosts hit by hardware-class failures, or running the rank a timed-out job waited for, in at
+    least `min_jobs` distinct jobs in the window (since an operator last cleared them)."""
     now = now or utcnow()
     stmt = (
         select(FindingHost.host, Analysis.id, Analysis.job_id, Analysis.created_at, Finding.failure_class)
@@ -74,6 +79,28 @@ def suspect_hosts(
         h["analyses"].add(aid)
         h["jobs"].add(job_id or aid)
         h["classes"][fclass] += 1
+        h["times"].append(aware_utc(created))
+        h["latest"] = max(h["latest"], aid)
+    # the hosts of the ranks timed-out jobs waited for: one such job is a hang, the same host
+    # in several is the machine (the same window, clearances and duplicates as above)
+    odd = (
+        select(OddRankHost.host, Analysis.id, Analysis.job_id, Analysis.created_at)
+        .join(Analysis, Analysis.id == OddRankHost.analysis_id)
+        .outerjoin(cleared, cleared.c.host == OddRankHost.host)
+        .where(
+            Analysis.status == "done",
+            Analysis.duplicate_of_id.is_(None),
+            Analysis.created_at >= now - dt.timedelta(days=days),
+            or_(cleared.c.cleared_at.is_(None), Analysis.created_at > cleared.c.cleared_at),
+        )
+    )
+    if hosts_filter is not None:
+        odd = odd.where(OddRankHost.host.in_(hosts_filter))
+    for host, aid, job_id, created in session.execute(odd):
+        h = per_host[host]
+        h["analyses"].add(aid)
+        h["jobs"].add(job_id or aid)
+        h["classes"][ODD_RANK_CLASS] += 1
         h["times"].append(aware_utc(created))
         h["latest"] = max(h["latest"], aid)
     out = [
@@ -142,7 +169,12 @@ def standing_of(
         if row.fingerprint
         else None
     )
-    hosts = hardware_hosts(session, analysis_id=row.id)
+    hosts = sorted(
+        {
+            *hardware_hosts(session, analysis_id=row.id),
+            *session.scalars(select(OddRankHost.host).where(OddRankHost.analysis_id == row.id)),
+        }
+    )
     suspects = suspect_hosts(session, days=days, min_jobs=suspect_min_jobs, only=hosts) if hosts else []
     outcomes = (
         outcome_counts(
