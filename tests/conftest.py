@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -189,3 +190,17 @@ def moto_s3() -> Iterator[MotoS3]:
 def s3_bucket(moto_s3: MotoS3) -> str:
     """A new, empty bucket on the moto server."""
     return moto_s3.new_bucket()
+
+
+T = TypeVar("T")
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run` in a thread of its own: a browser test earlier in the same xdist worker leaves
+    Playwright's event loop running in the main thread (the browser is session-scoped), where
+    `asyncio.run` would refuse to start."""
+    import asyncio
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()

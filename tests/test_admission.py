@@ -8,10 +8,11 @@ import pytest
 
 from app.errors import ServiceUnavailableError, TooManyRequestsError
 from app.service.admission import RETRY_AFTER_MAX_S, RETRY_AFTER_MIN_S, Admission
+from tests.conftest import run_async
 
 
 def run(coro: object) -> object:
-    return asyncio.run(coro)  # type: ignore[arg-type]
+    return run_async(coro)  # type: ignore[arg-type]
 
 
 def test_slots_run_at_once_then_the_backlog_waits_its_turn() -> None:

@@ -23,7 +23,7 @@ from app.errors import ConflictError, NotFoundError, UsageError
 from app.service.analyses import AnalysisService
 from app.service.jobs import ScanOutcome, StoredFile
 from app.service.pool import ScanPool
-from tests.conftest import Analyze
+from tests.conftest import Analyze, run_async
 from tests.servicekit import ECC, OOM, PgSchemas, make_settings
 
 
@@ -468,7 +468,7 @@ def test_uploads_finishing_together_are_written_as_one_group(
             )
         )
 
-    done = asyncio.run(finish_together())
+    done = run_async(finish_together())
     assert groups == [5]  # one transaction for the five
     assert [d.row.id for d in done] == ids and {d.row.status for d in done} == {"done"}
 
@@ -484,7 +484,7 @@ def test_uploads_finishing_together_are_written_as_one_group(
             return_exceptions=True,
         )
 
-    failed = asyncio.run(asyncio.wait_for(two(), timeout=30))
+    failed = run_async(asyncio.wait_for(two(), timeout=30))
     assert [type(e) for e in failed] == [RuntimeError, RuntimeError]
 
 
@@ -545,7 +545,7 @@ def test_register_gives_a_draft_its_pending_row_first(db: Database, tmp_path: Pa
         assert await service.register(draft.analysis_id) is False  # once is enough
         return await service._store(draft.analysis_id, outcome_for(store, oom, b"registered\n"))
 
-    done = asyncio.run(scenario())
+    done = run_async(scenario())
     assert done.row.status == "done"
     with db.read() as s:
         assert repo.get_analysis(s, analysis_id=draft.analysis_id).status == "done"
@@ -584,7 +584,7 @@ def test_register_while_the_writer_inserts_waits_for_that_row(
         gate.set()
         return await registering, await storing
 
-    waited, done = asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+    waited, done = run_async(asyncio.wait_for(scenario(), timeout=60))
     assert waited is True and done.row.status == "done"
     assert committed_when_registered == [True]  # it answered after the writer's commit, not before
     with db.read() as s:
@@ -604,7 +604,7 @@ def test_a_failed_draft_leaves_no_row_and_a_registered_one_is_marked_failed(
         for d in drafts:
             await service._fail(d.analysis_id, UsageError("bad upload"))
 
-    asyncio.run(scenario())
+    run_async(scenario())
     with db.read() as s:
         with pytest.raises(NotFoundError):
             repo.get_analysis(s, analysis_id=drafts[0].analysis_id)
@@ -630,7 +630,7 @@ def test_a_failed_register_leaves_the_row_to_the_writer(
             await service.register(draft.analysis_id)
         return await service._store(draft.analysis_id, outcome_for(store, oom, b"after a failed register\n"))
 
-    done = asyncio.run(scenario())
+    done = run_async(scenario())
     assert done.row.status == "done"
     with db.read() as s:
         assert repo.get_analysis(s, analysis_id=draft.analysis_id).job_id == "f1"

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from app.http import memory
+from tests.conftest import run_async
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
@@ -25,5 +26,5 @@ def test_the_trimmer_calls_malloc_trim_on_its_schedule(monkeypatch: pytest.Monke
         finally:
             task.cancel()
 
-    asyncio.run(asyncio.wait_for(until_trimmed(), timeout=60))
+    run_async(asyncio.wait_for(until_trimmed(), timeout=60))
     assert t.trims >= 3

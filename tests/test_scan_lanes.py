@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import io
 import os
@@ -19,6 +18,7 @@ from app.service import jobs, redaction, worker
 from app.service.jobs import InputFile, ScanJob, ScanOutcome
 from app.service.pool import BULK_NICE, POOL_NICE, ScanPool
 from app.service.worker import scan_upload
+from tests.conftest import run_async
 from tests.servicekit import ECC, make_settings, training_log
 
 # slow: scan worker processes started per test (the pool's two lanes)
@@ -50,7 +50,7 @@ def test_big_uploads_go_to_the_low_priority_lane(tmp_path: Path) -> None:
         finally:
             pool.shutdown()
 
-    small_bulk, big_bulk, nice, bulk_nice, small_out, big_out = asyncio.run(run())
+    small_bulk, big_bulk, nice, bulk_nice, small_out, big_out = run_async(run())
     assert (small_bulk, big_bulk) == (False, True)
     assert bulk_nice == min(19, nice - POOL_NICE + BULK_NICE)
     # both lanes analyse the same way
@@ -194,7 +194,7 @@ def test_every_upload_is_analysed_in_a_scan_process_even_a_small_one(
         finally:
             pool.shutdown()
 
-    outcomes = asyncio.run(run())
+    outcomes = run_async(run())
     assert len(handed) == 3
     assert worker._STATE is None  # nothing was set up to analyse in this (the server's) process
     for out in outcomes:
@@ -214,7 +214,7 @@ def test_scan_processes_run_below_the_server_priority(tmp_path: Path) -> None:
         finally:
             pool.shutdown()
 
-    assert asyncio.run(run()) == min(19, os.nice(0) + POOL_NICE)
+    assert run_async(run()) == min(19, os.nice(0) + POOL_NICE)
 
 
 @pytest.mark.slow  # a live server
