@@ -110,6 +110,11 @@ def test_other_recipes_are_valid() -> None:
     py_compile.compile(str(FAKE_RAY / "ray" / "job_submission.py"), doraise=True)
     wf = yaml.safe_load((HOOKS / "argo-onexit.yaml").read_text())
     assert wf["spec"]["onExit"] == "logtriage-on-exit"
+    # the acting variant: Argo retries only the retry decisions, off the failed node
+    acting = next(t for t in wf["spec"]["templates"] if t["name"] == "train-acting")
+    assert acting["retryStrategy"]["expression"] == "asInt(lastRetry.exitCode) in [10, 11]"
+    assert acting["retryStrategy"]["affinity"] == {"nodeAntiAffinity": {}}
+    assert "--action-exit" in acting["container"]["args"][0]
     docs = (ROOT / "docs" / "hooks.md").read_text()
     for name in (
         "logtriage-wrap.sh",
