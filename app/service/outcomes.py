@@ -11,7 +11,6 @@ retries its post gets the stored outcome back, never a second count.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,13 +21,12 @@ from app.errors import ConflictError, ValidationFailedError
 from app.service import present
 from app.service.access import Principal, check_can_read
 from app.service.context import ServiceContext
+from app.service.metadata import CONTROL, CONTROL_IN_TEXT, no_control
 
 __all__ = ["ExcludeList", "Recorded", "clear_host", "exclude_list", "job_outcomes", "record_outcome"]
 
 STATUSES = ("succeeded", "failed")
 ACTIONS = ("retry", "retry_excluding", "fix_and_rerun")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
-_CONTROL_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -44,10 +42,10 @@ def _text(value: str | None, what: str, *, limit: int, multiline: bool = False) 
         raise ValidationFailedError(f"{what} is empty")
     if len(value) > limit:
         raise ValidationFailedError(f"{what} is longer than {limit} characters")
-    bad = (_CONTROL_IN_TEXT if multiline else _CONTROL).search(value)
-    if bad is not None:
-        raise ValidationFailedError(f"{what}: control character U+{ord(bad.group()):04X} at {bad.start()}")
-    return value
+    try:
+        return no_control(value, what, CONTROL_IN_TEXT if multiline else CONTROL)
+    except ValueError as exc:
+        raise ValidationFailedError(str(exc)) from None
 
 
 def outcome_dict(o: Outcome, *, base: str) -> dict[str, Any]:
