@@ -335,17 +335,24 @@ def _state(tmp_path: Path, job: str) -> dict:  # type: ignore[type-arg]
     return json.loads((tmp_path / f"{job}.json").read_text())  # type: ignore[no-any-return]
 
 
+def _slurm_job(tmp_path: Path, failure: str) -> tuple[str, dict]:  # type: ignore[type-arg]
+    """A failed batch job's id and its scontrol fields, its output a training log ending in `failure`."""
+    import uuid
+
+    from tests.servicekit import training_log
+
+    job = f"7{uuid.uuid4().int % 10**7}"
+    out = tmp_path / f"slurm-{job}.out"
+    out.write_text(training_log(failure, job=job))
+    return job, {"JobId": job, "ExitCode": "1:0", "StdOut": str(out), "StdErr": str(out), "Partition": "gpu"}
+
+
 def test_slurm_epilog_requeues_a_gpu_fault_without_its_node_and_reports_how_it_ended(
     server: LiveServer, client: httpx.Client, tmp_path: Path
 ) -> None:
-    import uuid
+    from tests.servicekit import ECC
 
-    from tests.servicekit import ECC, training_log
-
-    job = f"77{uuid.uuid4().int % 10**6}"
-    out = tmp_path / f"slurm-{job}.out"
-    out.write_text(training_log(ECC.format(ip="10.8.0.3"), job=job))
-    base = {"JobId": job, "ExitCode": "1:0", "StdOut": str(out), "StdErr": str(out), "Partition": "gpu"}
+    job, base = _slurm_job(tmp_path, ECC.format(ip="10.8.0.3"))
     res = _epilog(server, tmp_path, job, {**base, "Restarts": 0, "ExcNodeList": "(null)"})
     assert res.returncode == 0, res.stderr
     _wait_until(lambda: _state(tmp_path, job).get("requeued") == 1, "the requeue")
@@ -367,14 +374,7 @@ def test_slurm_epilog_requeues_a_gpu_fault_without_its_node_and_reports_how_it_e
 def test_slurm_epilog_leaves_a_config_fault_failed(
     server: LiveServer, client: httpx.Client, tmp_path: Path
 ) -> None:
-    import uuid
-
-    from tests.servicekit import training_log
-
-    job = f"78{uuid.uuid4().int % 10**6}"
-    out = tmp_path / f"slurm-{job}.out"
-    out.write_text(training_log(OOM.format(gib="6.00"), job=job))
-    state = {"JobId": job, "ExitCode": "1:0", "StdOut": str(out), "StdErr": str(out), "Partition": "gpu"}
+    job, state = _slurm_job(tmp_path, OOM.format(gib="6.00"))
     assert _epilog(server, tmp_path, job, {**state, "Restarts": 0, "ExcNodeList": "(null)"}).returncode == 0
     log = tmp_path / "epilog.log"
     _wait_until(lambda: log.exists() and f"job {job} not requeued" in log.read_text(), "the epilog's verdict")
