@@ -306,6 +306,17 @@ def _resend_reason(result: dict[str, Any]) -> str | None:
     return None
 
 
+def _service(opts: SubmitOptions) -> tuple[str, dict[str, str]]:
+    """The service's base URL (checked) and the headers every request of `submit` carries."""
+    base = opts.url.rstrip("/")
+    if not base.startswith(("http://", "https://")):
+        raise UsageError(f"--url {opts.url!r} must start with http:// or https://")
+    headers = {"User-Agent": "logtriage-submit"}
+    if opts.token:
+        headers["Authorization"] = f"Bearer {opts.token}"
+    return base, headers
+
+
 def submit(
     files: list[Path],
     opts: SubmitOptions,
@@ -321,12 +332,8 @@ def submit(
             raise UsageError(f"{p}: no such file")
     if opts.config is not None and not opts.config.is_file():
         raise UsageError(f"{opts.config}: no such config file")
-    base = opts.url.rstrip("/")
-    if not base.startswith(("http://", "https://")):
-        raise UsageError(f"--url {opts.url!r} must start with http:// or https://")
-    headers = {"Idempotency-Key": opts.idempotency_key, "User-Agent": "logtriage-submit"}
-    if opts.token:
-        headers["Authorization"] = f"Bearer {opts.token}"
+    base, headers = _service(opts)
+    headers["Idempotency-Key"] = opts.idempotency_key
     timeout = httpx.Timeout(opts.timeout, connect=min(opts.timeout, 10.0))
     own = client is None
     http = client or httpx.Client(timeout=timeout, headers=headers)
@@ -516,12 +523,7 @@ def post_outcome(
 ) -> dict[str, Any]:
     """POST /api/v1/jobs/{job}/outcomes with the same retries and deadline as a log; an attempt
     id (given, or one per call) makes a retried post count once."""
-    base = opts.url.rstrip("/")
-    if not base.startswith(("http://", "https://")):
-        raise UsageError(f"--url {opts.url!r} must start with http:// or https://")
-    headers = {"User-Agent": "logtriage-submit"}
-    if opts.token:
-        headers["Authorization"] = f"Bearer {opts.token}"
+    base, headers = _service(opts)
     body = {k: v for k, v in vars(outcome).items() if k != "job_id" and v not in (None, [])}
     body.setdefault("attempt_id", f"submit-{opts.idempotency_key}")
     url = f"{base}/api/v1/jobs/{quote(outcome.job_id, safe='')}/outcomes"
