@@ -39,10 +39,16 @@ OUT = BENCH / "out"
 WRITE_CHUNK = 1 << 20
 
 
-def store_log(store: DirectoryBlobStore, log: Path, frame_bytes: int) -> tuple[PendingBlob, float]:
-    """Stage and commit the log as one blob; (pending, seconds to stage it)."""
+def store_log(
+    store: DirectoryBlobStore, log: Path, frame_bytes: int, *, grams: bool = True
+) -> tuple[PendingBlob, float]:
+    """Stage and commit the log as one blob; (pending, seconds to stage it). ``grams``: with the
+    search filters (app.blobstore.grams), as the service stores logs."""
     t = time.perf_counter()
-    with log.open("rb", buffering=0) as src, StagingWriter(store.tmp_dir, frame_bytes=frame_bytes) as w:
+    with (
+        log.open("rb", buffering=0) as src,
+        StagingWriter(store.tmp_dir, frame_bytes=frame_bytes, grams=grams) as w,
+    ):
         while chunk := src.read(WRITE_CHUNK):
             w.write(chunk)
         pending = w.finish()

@@ -26,6 +26,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -121,17 +122,32 @@ def main() -> int:
     shutil.rmtree(root, ignore_errors=True)
     results: dict[str, Any] = {"size": size, "load_before": os.getloadavg()}
     try:
+        # stored without the search filters first (as before them), then as the service does
+        bare_store = DirectoryBlobStore(root / "bare" / "blobs", tmp_dir=root / "tmp")
+        bare, bare_seconds = viewer_bench.store_log(bare_store, log, viewer_bench.FRAME_BYTES, grams=False)
+        shutil.rmtree(root / "bare", ignore_errors=True)
         store = DirectoryBlobStore(root / "blobs", tmp_dir=root / "tmp")
         pending, seconds = viewer_bench.store_log(store, log, viewer_bench.FRAME_BYTES)
         assert pending.frames is not None
         total = pending.frames[-1][3]
         s = Stored(store, pending.sha256, pending.frames, total, size)
+        # the same blob read as if it had no filters: every frame is searched
+        unfiltered = [list(e) for e in pending.frames]
+        unfiltered[-1] = unfiltered[-1][:4]
+        s0 = Stored(store, pending.sha256, unfiltered, total, size)
+        results["store"] = {
+            "without_filters_s": bare_seconds,
+            "without_filters_mb": bare.stored_size / 1e6,
+            "with_filters_s": seconds,
+            "with_filters_mb": pending.stored_size / 1e6,
+        }
         with store.open(pending.sha256) as fh:  # the stored blob into the page cache, as a log read often is
             while fh.read(64 << 20):
                 pass
         print(
-            f"{size / 1e9:.2f} GB log, {total:,} lines, "
-            f"stored in {seconds:.1f} s ({pending.stored_size / 1e6:.0f} MB)"
+            f"{size / 1e9:.2f} GB log, {total:,} lines, stored in {seconds:.1f} s "
+            f"({pending.stored_size / 1e6:.0f} MB) with the search filters, "
+            f"{bare_seconds:.1f} s ({bare.stored_size / 1e6:.0f} MB) without"
         )
         rare = (
             manifest["planted"][1]["key"].split("]", 1)[1].split(":", 1)[0].strip()
@@ -154,37 +170,51 @@ def main() -> int:
             "   (search + page + count ms)"
         )
         for label, m, start, forward in cases:
-            # the page counts search hits, not errors
-            count = None if m is logview.error_matcher() else Count()
-            first = hop(s, m, start=start, forward=forward, count=count)
-            nxt = (
-                hop(s, m, start=first["line"], forward=forward, count=count)
-                if first["line"]
-                else {"total_ms": float("nan")}
-            )
-            rows[label] = {"first": first, "next": nxt, "count": vars(count) if count else None}
-            print(
-                f"{label:<58}{first['line'] or '-':>12}{first['requests']:>6}{first['total_ms']:>9.0f}ms"
-                f"{nxt['total_ms']:>8.0f}ms   ({first['search_ms']:.0f} + {first['page_ms']:.0f} + "
-                f"{first['count_ms']:.0f}; next {nxt.get('search_ms', 0):.0f} + "
-                f"{nxt.get('page_ms', 0):.0f} + {nxt.get('count_ms', 0):.0f})"
-            )
+            for how, st in (("filters", s), ("no filters", s0)):
+                # the page counts search hits, not errors
+                count = None if m is logview.error_matcher() else Count()
+                first = hop(st, m, start=start, forward=forward, count=count)
+                nxt = (
+                    hop(st, m, start=first["line"], forward=forward, count=count)
+                    if first["line"]
+                    else {"total_ms": float("nan")}
+                )
+                got = vars(count) if count else None
+                rows[f"{label} [{how}]"] = {"first": first, "next": nxt, "count": got}
+                print(
+                    f"{label[:45] + ' [' + how + ']':<58}{first['line'] or '-':>12}{first['requests']:>6}"
+                    f"{first['total_ms']:>9.0f}ms{nxt['total_ms']:>8.0f}ms   ({first['search_ms']:.0f} + "
+                    f"{first['page_ms']:.0f} + {first['count_ms']:.0f}; next {nxt.get('search_ms', 0):.0f} + "
+                    f"{nxt.get('page_ms', 0):.0f} + {nxt.get('count_ms', 0):.0f})"
+                )
         results["searches"] = rows
+        # the same rare phrase's first hit with grep and ripgrep on the uncompressed log file
+        tools = {}
+        for tool in (["grep", "-m1", "-n", "-F"], ["rg", "-m1", "-n", "-F", "--no-mmap"]):
+            if shutil.which(tool[0]):
+                t = time.perf_counter()
+                subprocess.run([*tool, rare, str(log)], check=True, stdout=subprocess.DEVNULL)
+                tools[tool[0]] = (time.perf_counter() - t) * 1000
+                print(f"{tool[0]} -m1 for the rare phrase on the plain log file: {tools[tool[0]]:.0f} ms")
+        results["first_hit_tools_ms"] = tools
         # how fast a search reads the log when nothing matches
         rates = {}
         for label, m in [
             ("plain, case-sensitive", Matcher.compile("no such text 7f3a", is_regex=False, case=True)),
             ("plain, any case", Matcher.compile("no such text 7f3a", is_regex=False, case=False)),
             ("regex", Matcher.compile(r"no such \d+ text", is_regex=True, case=True)),
+            ("regex, no text of 7 bytes", Matcher.compile(r"no \d+ such", is_regex=True, case=True)),
         ]:
-            t = time.perf_counter()
-            f = find_next(
-                store, pending.sha256, pending.frames, m, start_line=1, deadline=time.monotonic() + 1e6
-            )
-            took = time.perf_counter() - t
-            assert f.done and f.line is None
-            rates[label] = size / 1e6 / took
-            print(f"no hit, {label:<24} {took:6.2f} s for the whole log: {rates[label]:6.0f} MB/s")
+            for how, ix in (("filters", pending.frames), ("no filters", unfiltered)):
+                t = time.perf_counter()
+                f = find_next(store, pending.sha256, ix, m, start_line=1, deadline=time.monotonic() + 1e6)
+                took = time.perf_counter() - t
+                assert f.done and f.line is None
+                rates[f"{label} [{how}]"] = size / 1e6 / took
+                print(
+                    f"no hit, {label + ' [' + how + ']':<40} {took:6.2f} s for the whole log: "
+                    f"{size / 1e6 / took:8.0f} MB/s"
+                )
         results["no_hit_mb_s"] = rates
         rng = random.Random(args.seed)
         walls = [s.page(rng.randint(1, total), None) * 1000 for _ in range(args.ranges)]

@@ -149,10 +149,13 @@ def log_text(rng: random.Random, n: int, *, crlf: bool = False, trailing_newline
 
 
 def frames_of(raw: bytes) -> list[bytes]:
-    """Each frame of a compressed blob, decompressed on its own."""
+    """Each data frame of a compressed blob, decompressed on its own (the search filters'
+    skippable frames at the end left out)."""
     out = []
     pos = 0
     while pos < len(raw):
+        if int.from_bytes(raw[pos : pos + 4], "little") & 0xFFFFFFF0 == 0x184D2A50:
+            break
         dobj = zstandard.ZstdDecompressor().decompressobj()
         out.append(dobj.decompress(raw[pos:]))
         used = len(raw) - pos - len(dobj.unused_data)
@@ -164,8 +167,18 @@ def check_index(frames: list[list[int]] | tuple[tuple[int, ...], ...], raw: byte
     """The index names every frame of the stored blob: each decompresses on its own, from its
     compressed offset, to the content at its uncompressed offset; newline counts agree."""
     *starts, end = frames
-    assert list(end) == [len(content), len(raw), content.count(b"\n"), Ref.of(content).count]
-    bounds = [(u, c) for u, c, _ in starts] + [(end[0], end[1])]
+    assert list(end[:4]) == [len(content), len(raw), content.count(b"\n"), Ref.of(content).count]
+    data_end = len(raw)
+    if len(starts) > 1:  # more than one frame: the search filters follow the data frames
+        from app.blobstore import grams
+
+        assert len(end) == 5
+        data_end = end[4]
+        filt = grams.GramFilter.parse(grams.unwrap(raw[data_end:]))
+        assert filt.frames == len(starts)
+    else:
+        assert len(end) == 4
+    bounds = [(u, c) for u, c, _ in starts] + [(end[0], data_end)]
     for (u, c, nl), (u2, c2) in zip(starts, bounds[1:], strict=True):
         one = zstandard.ZstdDecompressor().decompressobj()
         got = one.decompress(raw[c:c2])

@@ -16,6 +16,8 @@ from typing import IO, TYPE_CHECKING, BinaryIO, Protocol
 if TYPE_CHECKING:
     import zstandard
 
+    from app.blobstore.grams import GramBuilder
+
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 ZSTD_LEVEL = 1  # on logs as small as level 3 (29.77 vs 29.75 KB of 200 KB) and a third faster
 READ_CHUNK = 1 << 20
@@ -31,8 +33,9 @@ NUMPY_COUNT_MIN = 1 << 16
 
 # Where to enter a blob: one ``[uncompressed offset, compressed offset, newlines before it]`` per
 # zstd frame, then one last entry for the end of the blob, ``[size, stored size, newlines, lines]``
-# (``lines`` counts a last line without its newline). Stored as JSON in ``blobs.line_index``;
-# None for a blob stored as one frame before it existed (read from the start).
+# (``lines`` counts a last line without its newline), followed, when the blob carries search
+# filters (app.blobstore.grams), by the stored offset where they start. Stored as JSON in
+# ``blobs.line_index``; None for a blob stored as one frame before it existed (read from the start).
 FrameIndex = Sequence[Sequence[int]]
 
 
@@ -74,6 +77,10 @@ class BlobStore(Protocol):
     def open_at(self, sha256: str, compressed_offset: int) -> BinaryIO:
         """The uncompressed content from the zstd frame starting at ``compressed_offset`` (a
         frame index entry) to the end; only the bytes from there on are read."""
+        ...
+
+    def read_stored(self, sha256: str, offset: int, length: int) -> bytes:
+        """Stored (compressed) bytes [offset, offset + length) of a blob, as they are."""
         ...
 
     def exists(self, sha256: str) -> bool: ...
@@ -124,7 +131,9 @@ class StagingWriter:
     (``PendingBlob.frames``). The frames decompress, one after the other, to the content.
     """
 
-    def __init__(self, tmp_dir: Path, *, frame_bytes: int = FRAME_BYTES) -> None:
+    def __init__(
+        self, tmp_dir: Path, *, frame_bytes: int = FRAME_BYTES, grams: bool = True, gram_bits: int = 0
+    ) -> None:
         import zstandard
 
         tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -142,6 +151,18 @@ class StagingWriter:
         self._ends_line = True  # the content so far ends with a newline (or is empty)
         self._frames: list[tuple[int, ...]] = [(0, 0, 0)]
         self._done = False
+        # the search filters (app.blobstore.grams), staged beside the blob and appended to it
+        # as skippable frames by `finish` when the blob has more than one frame
+        self._grams_path = self.path.with_suffix(".grams")
+        self._grams_fh: IO[bytes] | None = None
+        self._grams: GramBuilder | None = None
+        if grams:
+            from app.blobstore.grams import GramBuilder
+
+            self._grams_fh = self._grams_path.open("xb")
+            # bits in proportion to the frame: 2**18 for 4 MiB (app.blobstore.grams.GRAM_BITS)
+            bits = gram_bits or max(8, min(24, frame_bytes.bit_length() - 5))
+            self._grams = GramBuilder(self._grams_fh, bits=bits)
 
     def write(self, data: bytes) -> None:
         self._hash.update(data)
@@ -150,9 +171,13 @@ class StagingWriter:
             return
         view = memoryview(data)
         pos = 0
+        grams = self._grams
         while n - pos > self._frame_left:  # the frame fills up within this write
             end = pos + self._frame_left
             self._zw.write(view[pos:end])
+            if grams is not None:
+                grams.feed(view[pos:end])
+                grams.end_frame()
             self._newlines += count_newlines(data, pos, end)
             self._size += end - pos
             self._zw.flush(self._end_frame)  # writes the whole frame out: tell() is its end
@@ -160,6 +185,8 @@ class StagingWriter:
             self._frame_left = self._frame_bytes
             pos = end
         self._zw.write(view[pos:] if pos else data)
+        if grams is not None:
+            grams.feed(view[pos:] if pos else data)
         self._newlines += count_newlines(data, pos)
         self._size += n - pos
         self._frame_left -= n - pos
@@ -167,13 +194,46 @@ class StagingWriter:
 
     def finish(self) -> PendingBlob:
         self._zw.close()  # type: ignore[no-untyped-call]  # ends the last zstd frame
+        data_end = self._fh.tell()
+        end: tuple[int, ...] = ()
+        if self._grams is not None and self._grams_fh is not None:
+            if len(self._frames) > 1:  # one frame: a search reads it whole anyway
+                self._grams.end_frame()
+                self._append_grams()
+                end = (data_end,)
+            self._grams_fh.close()
+            self._grams_path.unlink(missing_ok=True)
         self._fh.flush()  # not fsynced: `commit` does, as it puts the blob in place
         stored = self._fh.tell()
         self._fh.close()
         self._done = True
         lines = self._newlines + (0 if self._ends_line else 1)
-        frames = (*self._frames, (self._size, stored, self._newlines, lines))
+        frames = (*self._frames, (self._size, stored, self._newlines, lines, *end))
         return PendingBlob(self._hash.hexdigest(), self._size, stored, str(self.path), frames)
+
+    def _append_grams(self) -> None:
+        """The filters after the data frames, as zstd skippable frames: [grams header, bits]."""
+        from app.blobstore.grams import skippable_frames
+
+        assert self._grams is not None and self._grams_fh is not None
+        self._grams_fh.flush()
+        header = self._grams.header()
+        body = self._grams_fh.tell()
+        with self._grams_path.open("rb") as src:
+            first = True
+            for head, n in skippable_frames(len(header) + body):
+                self._fh.write(head)
+                if first:
+                    self._fh.write(header)
+                    n -= len(header)
+                    first = False
+                left = n
+                while left > 0:
+                    got = src.read(min(left, READ_CHUNK))
+                    if not got:
+                        raise OSError("the staged search filters ended early")
+                    self._fh.write(got)
+                    left -= len(got)
 
     def abort(self) -> None:
         if not self._done:
@@ -182,6 +242,10 @@ class StagingWriter:
             with contextlib.suppress(Exception):
                 self._fh.close()
             self._done = True
+        if self._grams_fh is not None:
+            with contextlib.suppress(Exception):
+                self._grams_fh.close()
+            self._grams_path.unlink(missing_ok=True)
         self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> StagingWriter:

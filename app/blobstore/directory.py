@@ -56,6 +56,11 @@ class DirectoryBlobStore:
             raise
         return decompressing(raw)
 
+    def read_stored(self, sha256: str, offset: int, length: int) -> bytes:
+        with self.path_of(sha256).open("rb") as fh:
+            fh.seek(offset)
+            return fh.read(length)
+
     def exists(self, sha256: str) -> bool:
         return self.path_of(sha256).is_file()
 

@@ -224,6 +224,17 @@ class S3BlobStore:
             raise self._missing(key) from None
         return decompressing(io.BufferedReader(_StreamReader(self, key, stream), buffer_size=SEEK_CHUNK))
 
+    def read_stored(self, sha256: str, offset: int, length: int) -> bytes:
+        import obstore
+
+        key = blob_key(sha256)
+        with self._mapped("read", key, missing_ok=True):
+            try:
+                result = obstore.get(self._store(), key, options={"range": (offset, offset + length)})
+                return bytes(result.bytes())
+            except FileNotFoundError:
+                raise self._missing(key) from None
+
     def exists(self, sha256: str) -> bool:
         key = blob_key(sha256)
         with self._mapped("head", key, missing_ok=True):

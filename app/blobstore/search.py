@@ -21,7 +21,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.blobstore import grams
 from app.blobstore.base import BlobStore
+from app.blobstore.grams import Literal
 from app.blobstore.window import FrameIndex
 
 READ = 1 << 20  # decompressed bytes read at a time going forward
@@ -54,6 +56,9 @@ class Matcher:
     verify: bool = False  # a literal's line must also match ``fwd``
     text_literals: tuple[str, ...] = ()  # the literals, to skip the regex on shown lines
     hs: Any = None  # a Hyperscan database of the literals (one pass over a piece), when installed
+    # text every match holds, for the blob's frame filters (app.blobstore.grams): alternatives,
+    # each pieces that a match holds all of; empty: every frame is read
+    required: tuple[tuple[Literal, ...], ...] = ()
 
     @classmethod
     def compile(cls, pattern: str, *, is_regex: bool, case: bool) -> Matcher:
@@ -77,14 +82,20 @@ class Matcher:
         if empty:
             raise ValueError("it matches an empty string, so every line")
         literals = (pattern.encode("utf-8"),) if not is_regex and case else ()
-        return cls(fwd, rev, text, literals)
+        found = ([[pattern]], False) if not is_regex else grams.required_literals(pattern)
+        required: tuple[tuple[Literal, ...], ...] = ()
+        if found:
+            alts, fold = found
+            required = tuple(tuple(Literal(x.encode("utf-8"), not case or fold) for x in a) for a in alts)
+        return cls(fwd, rev, text, literals, required=required)
 
     @classmethod
     def prefiltered(cls, pattern: str, literals: tuple[str, ...]) -> Matcher:
         """A case-sensitive ``pattern`` every match of which holds one of ``literals``."""
         m = cls.compile(pattern, is_regex=True, case=True)
         lits = tuple(x.encode() for x in literals)
-        return cls(m.fwd, m.rev, m.text, lits, True, literals, _literal_db(lits))
+        required = tuple((Literal(x, False),) for x in lits)
+        return cls(m.fwd, m.rev, m.text, lits, True, literals, _literal_db(lits), required)
 
     def _candidates(self, data: bytes, start: int, end: int) -> list[int] | None:
         """Where literals end in data[start:end], in order (Hyperscan: one pass however many
@@ -266,19 +277,62 @@ def _open(store: BlobStore, sha256: str, ix: FrameIndex, frame: int) -> Any:
     return store.open_at(sha256, ix.compressed[frame]) if frame else store.open(sha256)
 
 
+def _candidates(store: BlobStore, sha256: str, ix: FrameIndex, matcher: Matcher) -> Any:
+    """Which frames hold lines that can match (a bool per frame, from the blob's filters), or
+    None: read every frame (no filters, or a query they cannot narrow)."""
+    if not matcher.required or ix.grams_at is None or ix.stored_size is None or ix.total_newlines is None:
+        return None
+    filt = grams.load(store, sha256, ix.grams_at, ix.stored_size)
+    if filt is None or filt.frames != len(ix.offsets):
+        return None
+    return filt.candidates(matcher.required, [*ix.newlines, ix.total_newlines])
+
+
+def _narrowed(
+    store: BlobStore, sha256: str, ix: FrameIndex, cand: Any, start_line: int
+) -> Iterator[tuple[int, bytes, int]]:
+    """`_blocks` from ``start_line`` on, over the lines that start in candidate frames only: each
+    run of candidate frames is entered at its first frame and read to the end of the line that
+    crosses out of its last one; the frames between runs are not read."""
+    if cand is None:
+        yield from _blocks(store, sha256, ix, start_line)
+        return
+    n = len(cand)
+    f = ix.frame_of_newline(start_line - 1) if start_line > 1 else 0
+    nxt = start_line  # the first line not yet read
+    while f < n:
+        if not cand[f]:
+            f += 1
+            continue
+        g = f
+        while g + 1 < n and cand[g + 1]:
+            g += 1
+        first = max(nxt, ix.newlines[f] + 1)
+        stop = ix.offsets[g + 1] if g + 1 < n else None
+        for line, data, end in _blocks(store, sha256, ix, first, stop):
+            yield line, data, end
+            nxt = line + data.count(b"\n", 0, end)
+            if end and data[end - 1] != 0x0A:
+                nxt += 1
+        f = g + 1
+
+
 def _blocks(
-    store: BlobStore, sha256: str, ix: FrameIndex, start_line: int
+    store: BlobStore, sha256: str, ix: FrameIndex, start_line: int, stop: int | None = None
 ) -> Iterator[tuple[int, bytes, int]]:
     """From line ``start_line`` on: (number of the line at data[0], data, end) where data[:end]
-    is whole lines (a last piece without a newline at the end of the log, or of a giant line)."""
+    is whole lines (a last piece without a newline at the end of the log, or of a giant line).
+    With ``stop`` (an offset in the content), the last line is the one holding byte stop - 1."""
     frame = ix.frame_of_newline(start_line - 1) if start_line > 1 else 0
     with _open(store, sha256, ix, frame) as fh:
         data = fh.read(READ)
         newlines = ix.newlines[frame]
         pos = 0
+        base = ix.offsets[frame]  # content offset of data[0]
         # to the start of start_line: count newlines a piece at a time
         while newlines < start_line - 1:
             if pos >= len(data):
+                base += len(data)
                 data, pos = fh.read(READ), 0
                 if not data:
                     return
@@ -291,6 +345,7 @@ def _blocks(
                 pos = data.index(b"\n", pos) + 1
             newlines = start_line - 1
         carry = data[pos:]
+        base += pos
         line = start_line
         while True:
             chunk = fh.read(READ)
@@ -305,9 +360,15 @@ def _blocks(
                     carry = data
                     continue
                 end = len(data)
+            if stop is not None and base + end >= stop:
+                last = data.find(b"\n", max(0, stop - 1 - base), end)
+                if last >= 0:
+                    yield line, data, last + 1
+                    return
             yield line, data, end
             line += data.count(b"\n", 0, end)
             carry = data[end:]
+            base += end
 
 
 def find_next(
@@ -323,7 +384,8 @@ def find_next(
     ix = FrameIndex.parse(index)
     reached = start_line - 1
     try:
-        for k, (line, data, end) in enumerate(_blocks(store, sha256, ix, max(1, start_line))):
+        cand = _candidates(store, sha256, ix, matcher)
+        for k, (line, data, end) in enumerate(_narrowed(store, sha256, ix, cand, max(1, start_line))):
             if k and time.monotonic() > deadline:  # one piece at least: every request gets on
                 return Found(None, reached, False)
             at = matcher.first(data, 0, end, deadline if k else max(deadline, time.monotonic() + FIRST_PIECE))
@@ -360,19 +422,32 @@ def find_prev(
     reached = before_line
     searched = False  # some line was searched (the first frame may hold none of the asked)
     try:
+        need = _needed_backward(ix, _candidates(store, sha256, ix, matcher))
         for f in range(frame, -1, -1):
+            if need is not None and not need[f][0]:
+                carry = b""  # no frame before needs this one's first line
+                if f < frame:
+                    reached = ix.newlines[f] + 1 + (1 if f else 0)
+                continue
             with _open(store, sha256, ix, f) as fh:
                 data = fh.read(ends[f] - ix.offsets[f]) + carry
             limit = len(data)
             if f == frame:  # up to the start of before_line
                 limit, k = 0, before_line - 1 - ix.newlines[f]
                 for _ in range(k):
-                    limit = data.index(b"\n", limit) + 1
+                    nl = data.find(b"\n", limit)
+                    if nl < 0:  # before_line is past the log's last line, which has no newline
+                        limit = len(data)
+                        break
+                    limit = nl + 1
             head = 0 if f == 0 else data.find(b"\n", 0, limit) + 1
             if f and head == 0:  # no newline: the whole frame is inside one line
                 carry = data[:limit][:MAX_CARRY]
                 continue
-            if head < limit:
+            if head < limit and need is not None and not need[f][1]:
+                if f < frame:
+                    reached = ix.newlines[f] + 1 + (1 if f else 0)
+            elif head < limit:
                 until = deadline if searched else max(deadline, time.monotonic() + FIRST_PIECE)
                 at = matcher.last(data, head, limit, until)
                 if at is not None:
@@ -386,6 +461,24 @@ def find_prev(
     except SearchTimeout:
         return Found(None, reached, False)
     return Found(None, 1, True)
+
+
+def _needed_backward(ix: FrameIndex, cand: Any) -> list[tuple[bool, bool]] | None:
+    """Going backward, per frame: (read it, search it). A frame is searched when its lines can
+    match, and read also when the frame before it is searched and needs its first line's end
+    (or, through frames without a newline, the frame before that)."""
+    if cand is None:
+        return None
+    n = len(cand)
+    marks = [*ix.newlines, ix.total_newlines if ix.total_newlines is not None else ix.newlines[-1] + 1]
+    has_nl = [marks[f + 1] > marks[f] for f in range(n)]
+    out: list[tuple[bool, bool]] = []
+    feeds = False  # frame f's head ends a line that a searched frame before it holds
+    for f in range(n):
+        if f:
+            feeds = bool(cand[f - 1]) or (not has_nl[f - 1] and feeds)
+        out.append((bool(cand[f]) or feeds, bool(cand[f])))
+    return out
 
 
 def _prev_from_start(
@@ -434,7 +527,8 @@ def count_more(
     ix = FrameIndex.parse(index)
     got = Count(count.lines, count.reached, False)
     try:
-        for k, (line, data, end) in enumerate(_blocks(store, sha256, ix, count.reached + 1)):
+        cand = _candidates(store, sha256, ix, matcher)
+        for k, (line, data, end) in enumerate(_narrowed(store, sha256, ix, cand, count.reached + 1)):
             # checked before a block (the log's last piece is counted) but after the first (a
             # slow read still counts on)
             if k and time.monotonic() > deadline:

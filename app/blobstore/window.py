@@ -70,6 +70,8 @@ class FrameIndex:
     size: int | None = None
     total_newlines: int | None = None
     total_lines: int | None = None
+    stored_size: int | None = None
+    grams_at: int | None = None  # where the search filters start in the stored blob, if it has them
 
     @classmethod
     def whole(cls) -> FrameIndex:
@@ -86,7 +88,8 @@ class FrameIndex:
             ok = (
                 len(frames) >= 1
                 and all(len(f) == 3 for f in frames)
-                and len(end) == 4
+                and len(end) in (4, 5)
+                and (len(end) == 4 or 0 < end[4] <= end[1])
                 and frames[0] == [0, 0, 0]
                 and all(a[0] < b[0] and a[1] < b[1] and a[2] <= b[2] for a, b in itertools.pairwise(frames))
                 and frames[-1][0] <= end[0]
@@ -104,6 +107,8 @@ class FrameIndex:
             size=end[0],
             total_newlines=end[2],
             total_lines=end[3],
+            stored_size=end[1],
+            grams_at=end[4] if len(end) == 5 else None,
         )
 
     @property
