@@ -56,7 +56,7 @@ class Stored:
         """Seconds to build the page around ``line`` (no count)."""
         t = time.perf_counter()
         w = read_window(self.store, self.sha256, self.index, line=line)
-        lines = [logview._view_line(ln, {}, matcher) for ln in w.lines]
+        lines = [logview.view_line(ln, {}, matcher) for ln in w.lines]
         logview.fold_lines(lines, keep={line})
         assert w.first_line <= line <= w.last_line
         return time.perf_counter() - t

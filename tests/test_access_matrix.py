@@ -102,6 +102,7 @@ ROUTES: dict[tuple[str, str], Need] = {
     ("GET", "/analyses/{analysis_id}"): Need("own", kind="page"),
     ("POST", "/analyses/{analysis_id}/feedback"): Need("read", kind="page", ok=303, form=True),
     ("GET", "/analyses/{analysis_id}/files/{position}"): Need("own", kind="page"),
+    ("GET", "/analyses/{analysis_id}/by-time"): Need("own", kind="page"),
     ("GET", "/rules"): Need("read", kind="page"),
     ("GET", "/rules/{rule_id}"): Need("read", kind="page"),
     ("GET", "/trends"): Need("read", kind="page"),

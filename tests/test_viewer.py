@@ -999,7 +999,7 @@ def test_runs_of_lines_alike_but_for_numbers_fold_after_their_first() -> None:
 
 def test_a_leading_timestamp_is_split_off_and_error_lines_are_told() -> None:
     from app.blobstore.window import Line
-    from app.service.logview import _view_line
+    from app.service.logview import view_line
 
     for text, ts in [
         ("2024-05-01T12:00:03.123Z step 1", "2024-05-01T12:00:03.123Z "),
@@ -1007,7 +1007,7 @@ def test_a_leading_timestamp_is_split_off_and_error_lines_are_told() -> None:
         ("May  1 12:00:03 host kernel: NVRM", "May  1 12:00:03 "),
         ("step 12:00:03 later", ""),
     ]:
-        v = _view_line(Line(1, 0, len(text), text, 0), {}, None)
+        v = view_line(Line(1, 0, len(text), text, 0), {}, None)
         assert "".join(p.text for p in v.ts) == ts
         assert "".join(p.text for p in v.ts + v.parts) == text
     for text, err in [
@@ -1016,4 +1016,4 @@ def test_a_leading_timestamp_is_split_off_and_error_lines_are_told() -> None:
         ("[E ProcessGroupNCCL.cpp] ERROR: watchdog", True),
         ("step 5 error_rate 0.01 errors 0", False),
     ]:
-        assert _view_line(Line(1, 0, len(text), text, 0), {}, None).error is err, text
+        assert view_line(Line(1, 0, len(text), text, 0), {}, None).error is err, text

@@ -481,7 +481,7 @@ def load_view(
         prev_hit = _before(hit_lines, window.first_line)
         next_hit = _after(hit_lines, window.first_line - 1)
     root = (result or {}).get("root_cause") or {}
-    lines = [_view_line(ln, hits, matcher) for ln in window.lines]
+    lines = [view_line(ln, hits, matcher) for ln in window.lines]
     return LogView(
         analysis_id=aid,
         position=position,
@@ -546,7 +546,7 @@ def _after(lines: list[int], n: int) -> int | None:
     return lines[i] if i < len(lines) else None
 
 
-def _view_line(ln: Line, hits: dict[int, list[Hit]], matcher: Matcher | None) -> ViewLine:
+def view_line(ln: Line, hits: dict[int, list[Hit]], matcher: Matcher | None) -> ViewLine:
     parts = ansi_parts(ln.text)
     plain = "".join(p.text for p in parts)
     spans = matcher.spans(plain) if matcher is not None else []

@@ -77,6 +77,8 @@ PAGES: dict[str, tuple[str, str, str | None]] = {
     "error-404": ("/analyses/01HZZZZZZZZZZZZZZZZZZZZZZZ", "Not found", r"status of 404"),
     # another page's own work: here only for sideways scrolling
     "viewer": ("/analyses/{ecc}/files/0?line=129#L129", "", None),
+    "by-time": ("/analyses/{hang}/by-time", "The files by time", None),
+    "by-time-columns": ("/analyses/{hang}/by-time?layout=columns", "The files by time", None),
 }
 OVERFLOW_ONLY = {"viewer"}
 

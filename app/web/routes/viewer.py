@@ -198,3 +198,88 @@ async def viewer_page(
         report=f"/analyses/{view.analysis_id}",
         download=f"{present.analysis_url(base_url(request, ctx), view.analysis_id)}/log?file={pos}",
     )
+
+
+@router.get("/analyses/{analysis_id}/by-time")
+async def merged_page(
+    analysis_id: str,
+    request: Request,
+    ctx: CtxDep,
+    principal: WebPrincipal,
+    files: Annotated[list[str] | None, Query()] = None,
+    at: str | None = None,
+    start: Annotated[str | None, Query(alias="from")] = None,
+    before: str | None = None,
+    layout: str | None = None,
+    wrap: str | None = None,
+    ts: str | None = None,
+) -> Response:
+    """Several files of the analysis in one, in time order (`app.service.logmerge`): ``files``
+    which (0,2,3; every file by default), ``at`` a time to open at, ``from`` / ``before`` the
+    cursors the page's links carry; ``layout=columns`` puts each file in its own column."""
+    from app.service import logmerge
+
+    # files=0,2 from a link, or files=0&files=2 from the page's checkboxes
+    positions = logmerge.parse_positions(",".join(files) if files else None)
+    when = logmerge.parse_at(at)
+    cursor = logmerge.parse_cursor(start)
+    back = logmerge.parse_cursor(before)
+    if layout not in (None, "", "lines", "columns"):
+        raise ValidationFailedError(f"layout is lines or columns, not {layout[:20]!r}")
+    view = await asyncio.to_thread(
+        logmerge.load_merged,
+        ctx,
+        analysis_id=analysis_id,
+        principal=principal,
+        positions=positions,
+        at=when,
+        cursor=cursor,
+        before=back,
+    )
+    here = f"/analyses/{view.analysis_id}/by-time"
+    sticky: dict[str, str] = {}
+    if positions:
+        sticky["files"] = ",".join(str(p) for p in positions)
+    if layout == "columns":
+        sticky["layout"] = "columns"
+    if wrap in ("0", "1"):
+        sticky["wrap"] = wrap
+    if ts == "0":
+        sticky["ts"] = "0"
+
+    def url(**changes: Any) -> str:
+        params = {**sticky, **{k: str(v) for k, v in changes.items() if v is not None}}
+        for k in [k for k, v in changes.items() if v is None]:
+            params.pop(k, None)
+        return f"{here}?{urlencode(params)}" if params else here
+
+    columns = layout == "columns" and 1 < len(view.merged) <= 4
+    return render(
+        request,
+        ctx,
+        "viewer_merged.html",
+        principal=principal,
+        nav="history",
+        v=view,
+        here=here,
+        url=url,
+        sticky=sticky,
+        cursor=logmerge.format_cursor,
+        from_start=logmerge.format_cursor(dict.fromkeys(view.merged, 1)),
+        columns=columns,
+        layout="columns" if layout == "columns" else "lines",
+        wrap={"1": "on", "0": "off"}.get(wrap or "", "auto"),
+        show_ts=ts != "0",
+        report=f"/analyses/{view.analysis_id}",
+        at_text=at or "",
+        clock=_clock,
+    )
+
+
+def _clock(t: float | None) -> str:
+    """A merged page's time as people read it (UTC, as the timeline reads clocks)."""
+    import datetime as dt
+
+    if t is None:
+        return "before the first clock"
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
