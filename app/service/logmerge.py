@@ -33,7 +33,8 @@ from app.service.context import ServiceContext
 from app.service.logview import ViewLine, evidence_hits, view_line
 
 PAGE_LINES = 300  # lines of the merged page (from all files together)
-PROBE_LINES = 24  # lines read at a bisection probe to find one with a clock
+PROBE_LINES = 24  # lines read at the head and tail of a file to see whether it has clocks
+PROBE_WIDTHS = (24, 400, 4000)  # lines read back from a line for the clock it goes by
 MAX_FILES = 16  # files merged on one page: more are listed, to pick from
 CONTEXT = 8  # lines of each file shown before the time a page is opened at
 
@@ -244,25 +245,21 @@ def _has_clock(ctx: ServiceContext, s: _Src, year: int | None) -> bool:
 
 
 def _probe(ctx: ServiceContext, s: _Src, line: int, year: int | None) -> float | None:
-    """The time at ``line``: its own clock, or the first one within a few lines after it, else
-    the last one before it."""
-    for ln in _window(ctx, s, line, n=PROBE_LINES):
-        if ln.number >= line and (t := parse_time(ln.text, year_hint=year)) is not None:
-            return t
-    back = _window(ctx, s, line, n=PROBE_LINES, before=PROBE_LINES - 1)
-    for ln in reversed(back):
-        if ln.number <= line and (t := parse_time(ln.text, year_hint=year)) is not None:
-            return t
-    return None
+    """The time of ``line`` as the merge orders it: its own clock, else the last one before it."""
+    return _time_before(ctx, s, line, year)
 
 
 def _time_before(ctx: ServiceContext, s: _Src, line: int, year: int | None) -> float | None:
-    """The last clock at or before ``line``: the time a line after it without one keeps (None
-    when the few lines read have none: such lines sort first)."""
-    back = _window(ctx, s, line, n=PROBE_LINES * 4, before=PROBE_LINES * 4 - 1)
-    for ln in reversed(back):
-        if ln.number <= line and (t := parse_time(ln.text, year_hint=year)) is not None:
-            return t
+    """The last clock at or before ``line``: the time a line without one keeps (looked for in
+    wider and wider windows back: a stretch of metric lines may print none). None when none of
+    the few thousand lines before has one: such lines sort first."""
+    for n in PROBE_WIDTHS:
+        back = _window(ctx, s, line, n=n, before=n - 1)
+        for ln in reversed(back):
+            if ln.number <= line and (t := parse_time(ln.text, year_hint=year)) is not None:
+                return t
+        if not back or back[0].number <= 1:
+            break
     return None
 
 
