@@ -193,7 +193,7 @@ def throughput(mb: int) -> None:
         )
     size_mb = path.stat().st_size / 1e6
     # split on "\n" only, as grep and wc do (the synthetic log holds tqdm "\r" updates)
-    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    lines = path.read_bytes().decode("utf-8", errors="replace").split("\n")
     if lines and not lines[-1]:
         lines.pop()
     n = len(lines)
