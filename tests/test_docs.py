@@ -58,7 +58,16 @@ def _contract_block() -> dict[str, set[str]]:
 
 
 def test_readme_json_contract_names_the_fields_the_code_emits(compiled) -> None:  # type: ignore[no-untyped-def]
-    from app.engine.models import Action, Analysis, Fact, Finding, OutcomeHistory, Patch, PossibleCause
+    from app.engine.models import (
+        Action,
+        Analysis,
+        Fact,
+        Finding,
+        OutcomeHistory,
+        Patch,
+        PossibleCause,
+        SignalLine,
+    )
     from app.engine.pipeline.ingest import collect_sources
     from app.engine.pipeline.triage import TriageOptions, triage
 
@@ -70,6 +79,7 @@ def test_readme_json_contract_names_the_fields_the_code_emits(compiled) -> None:
     assert set(block["Fact"]) == set(Fact.model_fields)
     assert set(block["Action"]) == set(Action.model_fields)
     assert set(block["OutcomeHistory"]) == set(OutcomeHistory.model_fields)
+    assert set(block["Signal"]) == set(SignalLine.model_fields)
     # the timeline's dicts, from a real run that fills every part of it
     d = ROOT / "tests" / "corpus" / "gpu" / "skipped-collective"
     sources, _ = collect_sources([str(d / "console.log")])

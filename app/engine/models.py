@@ -109,6 +109,18 @@ class Action(BaseModel):
     history: OutcomeHistory | None = None
 
 
+class SignalLine(BaseModel):
+    """An error line the logs end with, and its template (app.engine.signals): what an analysis
+    with no named cause is grouped by, and what links similar failures."""
+
+    file: str
+    line: int
+    text: str  # redacted
+    template: str  # the line's message with numbers, ids, paths, hosts... as typed holes
+    key: str  # the template's stable id
+    weight: int  # 2: an exception's own line, 1: an error or fatal level line, 0: the rest
+
+
 class FrameworkInfo(BaseModel):
     name: str
     version: str | None = None
@@ -132,3 +144,5 @@ class Analysis(BaseModel):
     facts: list[Fact] = Field(default_factory=list)
     # what to do with the job (rules/verdicts.yaml); the service adds measured outcomes to it
     action: Action | None = None
+    # the error lines the logs end with, the most telling first (app.engine.signals)
+    signals: list[SignalLine] = Field(default_factory=list)

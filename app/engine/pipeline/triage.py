@@ -20,7 +20,7 @@ from typing import Any
 
 import regex
 
-from app.engine.models import Analysis, Evidence, Fact, Finding, FrameworkInfo, PossibleCause
+from app.engine.models import Analysis, Evidence, Fact, Finding, FrameworkInfo, PossibleCause, SignalLine
 from app.engine.pipeline import triggers
 from app.engine.pipeline.expr import ExprError, Missing, Scope, holds
 from app.engine.pipeline.expr import evaluate as evaluate_expression
@@ -39,6 +39,7 @@ from app.engine.pipeline.scan import (
     split_points,
 )
 from app.engine.pipeline.verdict import decide
+from app.engine.signals import find_signals
 from app.engine.timeline.builder import build as build_timeline
 from app.engine.timeline.clock import iso, parse_time
 
@@ -624,6 +625,11 @@ def triage(
             "redacted secrets: " + ", ".join(f"{k} x{v}" for k, v in sorted(redactions.items()))
         )
     total_bytes = sum(s.bytes for s in scans)
+    signals = find_signals(
+        [(s.name, s.tail) for s in scans],
+        # counted apart: the warning above counts the secrets in what the report quotes
+        redact=None if opts.input_redacted else (lambda text: redact_text(text, Counter())),
+    )
     return Analysis(
         library_version=library.version,
         framework=framework,
@@ -646,6 +652,7 @@ def triage(
         },
         facts=fact_list,
         action=action,
+        signals=[SignalLine(**sig.as_dict()) for sig in signals],  # type: ignore[arg-type]
     )
 
 
