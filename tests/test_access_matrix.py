@@ -84,6 +84,10 @@ ROUTES: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/jobs/{job_id}/outcomes"): Need("read"),
     ("GET", "/api/v1/hosts/exclude"): Need("read"),
     ("POST", "/api/v1/hosts/{host}/clear"): Need("admin"),
+    # issue 23: the unknowns inbox and failure groups are a reader's; similar failures follow the report
+    ("GET", "/api/v1/clusters"): Need("read"),
+    ("PATCH", "/api/v1/groups/{group_id}"): Need("read"),
+    ("GET", "/api/v1/analyses/{analysis_id}/similar"): Need("own"),
     # public: health, the API document and its docs, problem types, static assets, sign-in
     ("GET", "/healthz"): Need("public"),
     ("GET", "/readyz"): Need("public"),
@@ -320,6 +324,7 @@ def request_for(w: World, method: str, path: str, kind: str) -> tuple[LiveServer
         .replace("{slug}", "not-found")
         .replace("{job_id}", f"matrix-{uuid.uuid4().hex[:10]}")
         .replace("{host}", "10.250.0.1")
+        .replace("{group_id}", "t:0123456789ab")
     )
     if path == "/static":
         url = f"/static/{_static_file()}"
@@ -369,6 +374,8 @@ def request_for(w: World, method: str, path: str, kind: str) -> tuple[LiveServer
         req["json"] = {"status": "succeeded", "attempt_id": uuid.uuid4().hex}
     elif (method, path) == ("POST", "/api/v1/hosts/{host}/clear"):
         req["json"] = {"note": "access matrix"}
+    elif (method, path) == ("PATCH", "/api/v1/groups/{group_id}"):
+        req["json"] = {"status": "open"}
     elif (method, path) == ("POST", "/hosts/clear"):
         req["data"] = {"host": "10.250.0.2", "csrf_token": csrf}
     elif (method, path) == ("POST", "/slack/events"):

@@ -85,6 +85,20 @@ class OutcomeOut(BaseModel):
     links: dict[str, str | None]
 
 
+class GroupIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["open", "resolved", "ignored"] | None = None
+    assignee: str | None = Field(default=None, max_length=200)
+    note: str | None = Field(
+        default=None, max_length=4000, description='what is known: "fixed by pinning NCCL 2.21"'
+    )
+    tracker_url: str | None = Field(default=None, max_length=2000, description="the issue tracking it")
+    clear: list[Literal["assignee", "note", "tracker_url"]] = Field(
+        default_factory=list, description="fields to empty"
+    )
+
+
 class HostClearIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -387,6 +387,70 @@ class OddRankHost(Base):
     host: Mapped[str] = mapped_column(String(255), primary_key=True, index=True)
 
 
+class AnalysisSignal(Base):
+    """An error line an analysis' logs end with and its template (app.engine.signals): the
+    unknowns inbox groups analyses by ``key``, similar failures share keys, and a draft rule is
+    back-tested on ``text`` (stored lines, not a rescan of every blob)."""
+
+    __tablename__ = "analysis_signals"
+    __table_args__ = (Index("ix_analysis_signals_key", "key", "analysis_id"),)
+
+    analysis_id: Mapped[str] = mapped_column(ForeignKey("analyses.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)  # 0: the most telling
+    key: Mapped[str] = mapped_column(String(16))
+    template: Mapped[str] = mapped_column(Text)
+    file: Mapped[str] = mapped_column(Text)
+    line: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    weight: Mapped[int] = mapped_column(Integer)
+
+
+class FailureGroup(Base):
+    """A failure group's triage state, like a tracker issue: one fingerprint (``f:...``) or one
+    cluster of unknown failures (``t:...``, its signal template's key)."""
+
+    __tablename__ = "failure_groups"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), default="open")  # open | resolved | ignored
+    assignee: Mapped[str | None] = mapped_column(String(200))
+    note: Mapped[str | None] = mapped_column(Text)
+    tracker_url: Mapped[str | None] = mapped_column(String(2000))
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
+
+
+class RuleDraft(Base):
+    """A rule drafted from a cluster or from lines of a log, with its back-test (issue 23)."""
+
+    __tablename__ = "rule_drafts"
+
+    id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    source: Mapped[dict[str, Any]] = mapped_column(JSON)  # {"cluster_id"} or {"analysis_id", "lines"}
+    rule: Mapped[dict[str, Any]] = mapped_column(JSON)
+    backtest: Mapped[dict[str, Any]] = mapped_column(JSON)
+    published_version: Mapped[int | None] = mapped_column(Integer)
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
+
+
+class SiteRule(Base):
+    """A site rule pack's rule, one row per published version: the pack is each id's latest,
+    and the rows are the audit trail (who, when, what changed)."""
+
+    __tablename__ = "site_rules"
+    __table_args__ = (Index("ix_site_rules_published_at", "published_at"),)
+
+    rule_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rule: Mapped[dict[str, Any]] = mapped_column(JSON)  # the rule as in a YAML file of rules/
+    draft_id: Mapped[str | None] = mapped_column(String(26))
+    diff: Mapped[str] = mapped_column(Text)  # against the version before (or the bundled rule)
+    author: Mapped[str] = mapped_column(String(200))
+    published_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id", ondelete="SET NULL"))
+
+
 class HostClearance(Base):
     """An operator cleared a host (repaired, replaced): its hardware failures before this time no
     longer count towards the exclusion list."""

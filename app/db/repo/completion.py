@@ -14,6 +14,7 @@ from app.db import rollup
 from app.db.models import (
     Analysis,
     AnalysisFile,
+    AnalysisSignal,
     Blob,
     Finding,
     FindingHost,
@@ -157,6 +158,26 @@ def insert_odd_hosts(session: Session, results: Sequence[tuple[Analysis, dict[st
     rows = [{"analysis_id": row.id, "host": h} for row, a in results for h in odd_rank_hosts(a)]
     if rows:
         session.execute(insert(table_of(OddRankHost)), rows)
+
+
+def insert_signals(session: Session, results: Sequence[tuple[Analysis, dict[str, Any]]]) -> None:
+    """Each analysis' signal lines (app.engine.signals), in their order."""
+    rows = [
+        {
+            "analysis_id": row.id,
+            "position": i,
+            "key": str(sig.get("key") or "")[:16],
+            "template": str(sig.get("template") or ""),
+            "file": str(sig.get("file") or ""),
+            "line": int(sig.get("line") or 0),
+            "text": str(sig.get("text") or ""),
+            "weight": int(sig.get("weight") or 0),
+        }
+        for row, a in results
+        for i, sig in enumerate(a.get("signals") or [])
+    ]
+    if rows:
+        session.execute(insert(table_of(AnalysisSignal)), rows)
 
 
 def insert_findings(
@@ -397,6 +418,7 @@ def _insert_results(session: Session, pairs: Sequence[tuple[Analysis, Completion
         )
         insert_findings(session, [(row, c.analysis) for row, c in group], rule_ids)
         insert_odd_hosts(session, [(row, c.analysis) for row, c in group])
+        insert_signals(session, [(row, c.analysis) for row, c in group])
 
 
 def _standings(

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from app.db import rollup
 from app.db.models import (
     Analysis,
+    AnalysisSignal,
     Finding,
     OddRankHost,
     Retriage,
@@ -21,6 +22,7 @@ from app.db.repo.completion import (
     RuleRecord,
     insert_findings,
     insert_odd_hosts,
+    insert_signals,
     root_hosts,
     rule_version_ids,
     set_result,
@@ -88,9 +90,11 @@ def apply_retriage(
     rule_ids = rule_version_ids(session, rules=rules, library_version=library_version)
     session.execute(delete(Finding).where(Finding.analysis_id == row.id))
     session.execute(delete(OddRankHost).where(OddRankHost.analysis_id == row.id))
+    session.execute(delete(AnalysisSignal).where(AnalysisSignal.analysis_id == row.id))
     set_result(row, analysis, library_version)
     insert_findings(session, [(row, analysis)], rule_ids)
     insert_odd_hosts(session, [(row, analysis)])
+    insert_signals(session, [(row, analysis)])
     row.retriaged_at = utcnow()
     new = rollup.contribution_of(row, hosts=root_hosts(row, analysis))
     session.flush()

@@ -1,0 +1,77 @@
+"""/api/v1/clusters, /api/v1/groups and /api/v1/analyses/{id}/similar: the unknowns inbox,
+failure groups' triage state, and similar past failures (issue 23)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from app.api.schemas import GroupIn
+from app.http.deps import CtxDep, PrincipalDep, ReadDep
+from app.http.openapi import problems
+from app.service import learn
+
+router = APIRouter(prefix="/api/v1", tags=["learn"])
+
+
+@router.get(
+    "/clusters",
+    summary="Failure groups: with unknown=true the analyses no rule named (or marked wrong), "
+    "grouped by the error line their logs end with",
+    responses=problems(401, 403, 422),
+)
+def get_clusters(
+    ctx: CtxDep,
+    principal: ReadDep,
+    unknown: Annotated[bool, Query(description="only failures with no named cause (the inbox)")] = True,
+    status: Annotated[
+        str | None, Query(description="open (default), resolved, ignored or all", max_length=20)
+    ] = "open",
+    days: Annotated[int | None, Query(ge=1, le=3650, description="created within the last N days")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> dict[str, Any]:
+    items = learn.list_clusters(
+        ctx,
+        principal=principal,
+        unknown=unknown,
+        days=days,
+        status=None if status == "all" else status,
+        limit=limit,
+    )
+    return {"items": [c.as_dict() for c in items]}
+
+
+@router.patch(
+    "/groups/{group_id}",
+    summary="Triage a failure group (t:<template key> from the inbox, f:<fingerprint>): status, "
+    "assignee, note, tracker link",
+    responses=problems(400, 401, 403, 404, 422),
+)
+def patch_group(group_id: str, body: GroupIn, ctx: CtxDep, principal: ReadDep) -> dict[str, Any]:
+    return learn.update_group(
+        ctx,
+        group_id=group_id,
+        principal=principal,
+        status=body.status,
+        assignee=body.assignee,
+        note=body.note,
+        tracker_url=body.tracker_url,
+        clear=tuple(body.clear),
+    )
+
+
+@router.get(
+    "/analyses/{analysis_id}/similar",
+    summary="Earlier failures whose logs end with lines of the same templates, with their "
+    "feedback and their group's note",
+    responses=problems(401, 403, 404, 422),
+)
+def get_similar(
+    analysis_id: str,
+    ctx: CtxDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=50)] = 5,
+) -> dict[str, Any]:
+    items = learn.similar_failures(ctx, analysis_id=analysis_id, principal=principal, limit=limit)
+    return {"items": [s.as_dict() for s in items]}
