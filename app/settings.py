@@ -9,10 +9,10 @@ from __future__ import annotations
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "LOGTRIAGE_"
 
@@ -59,6 +59,20 @@ class Settings(BaseSettings):
     cache_dir: Path | None = Field(
         default=None, description="Compiled-rule cache (default: $XDG_CACHE_HOME/logtriage)."
     )
+    rule_packs: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="Site rule packs kept as YAML directories (`:`-separated paths): rule files as in "
+        "rules/<group>/ and an optional classes.yaml; added to the bundled rules and the published ones.",
+    )
+
+    @field_validator("rule_packs", mode="before")
+    @classmethod
+    def _split_packs(cls, value: Any) -> Any:
+        # a path list, as PATH is written: "/srv/packs/a:/srv/packs/b"
+        if isinstance(value, str):
+            return [p for p in value.split(":") if p.strip()]
+        return value
+
     engine: str = Field(
         default="auto", description="Scan engine: auto, hyperscan or regex (portable fallback)."
     )
@@ -356,8 +370,8 @@ def settings_table() -> str:
     """The markdown table of every setting, as it appears in docs/service.md."""
     rows = ["| Variable | Default | Meaning |", "|---|---|---|"]
     for name, info in Settings.model_fields.items():
-        default = info.default
-        if default is None:
+        default = info.default if info.default_factory is None else info.default_factory()  # type: ignore[call-arg]
+        if default is None or default == []:
             shown = "(unset)"
         elif isinstance(default, Path):
             shown = f"`{default if default.is_absolute() else './' + str(default)}`"

@@ -47,11 +47,23 @@ class InputFile:
 
 
 @dataclass(frozen=True)
+class SiteRules:
+    """The site rule pack a job is triaged with (app.service.sitepack): its digest, its rules
+    as mappings with where each came from, and the classes it added. Small: it travels with
+    every job, so every worker process uses the pack of the moment without a restart."""
+
+    digest: str
+    rules: tuple[tuple[dict[str, Any], str], ...] = ()
+    classes: tuple[dict[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class ScanJob:
     files: tuple[InputFile, ...]
     config: InputFile | None = None
     framework: str | None = None
     exit_code: int | None = None
+    site: SiteRules | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,7 @@ class RetriageJob:
     config: StoredInput | None = None
     framework: str | None = None
     exit_code: int | None = None
+    site: SiteRules | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from app.errors import (
     InputError,
     LogtriageError,
 )
-from app.service.jobs import JobError, RetriageJob, ScanJob, ScanOutcome, StoredFile
+from app.service.jobs import JobError, RetriageJob, ScanJob, ScanOutcome, SiteRules, StoredFile
 from app.service.redaction import (
     RedactedUpload,
     TmpBudget,
@@ -52,6 +52,30 @@ class WorkerState:
     settings: Settings
     compiled: CompiledLibrary
     store: BlobStore
+    # the bundled library with a site pack, by the pack's digest (the latest few)
+    with_site: dict[str, CompiledLibrary] = field(default_factory=dict)
+
+
+SITE_LIBRARIES = 2  # compiled libraries with a site pack kept per process
+
+
+def compiled_for(st: WorkerState, site: SiteRules | None) -> CompiledLibrary:
+    """The library a job is triaged with: the bundled one, or it with the job's site pack
+    (compiled once per pack in this process; a new pack's first job pays for it)."""
+    if site is None or (not site.rules and not site.classes):
+        return st.compiled
+    hit = st.with_site.get(site.digest)
+    if hit is not None:
+        return hit
+    from app.engine.pipeline.library import SitePack
+
+    base = st.compiled.library
+    pack = SitePack.build(list(site.rules), base=base, classes=list(site.classes))
+    compiled = build_compiled(st.settings, base.with_pack(pack))
+    while len(st.with_site) >= SITE_LIBRARIES:
+        st.with_site.pop(next(iter(st.with_site)))
+    st.with_site[site.digest] = compiled
+    return compiled
 
 
 _STATE: WorkerState | None = None
@@ -192,9 +216,10 @@ def scan_upload(job: ScanJob, state: WorkerState | None = None) -> ScanOutcome |
                 cblob = w.finish()
             pending.append(cblob)
             config_stored = StoredFile(job.config.name, cblob)
+        compiled = compiled_for(st, job.site)
         analysis = triage(
             sources=sources,
-            compiled=st.compiled,
+            compiled=compiled,
             options=_options(st, job.framework, job.exit_code),
             config=config_view,
         )
@@ -215,8 +240,8 @@ def scan_upload(job: ScanJob, state: WorkerState | None = None) -> ScanOutcome |
         note_redactions(data, redactions)
         return ScanOutcome(
             analysis=data,
-            library_version=st.compiled.library.version,
-            rules=_rule_texts(st.compiled, data),
+            library_version=compiled.library.version,
+            rules=_rule_texts(compiled, data),
             files=tuple(stored),
             config=config_stored,
         )
@@ -254,16 +279,17 @@ def retriage_stored(job: RetriageJob) -> ScanOutcome | JobError:
             with st.store.open(job.config.sha256) as src:
                 text = src.read().decode("utf-8", errors="replace")
             config_view = ConfigView.from_text(text, name=job.config.name)
+        compiled = compiled_for(st, job.site)
         analysis = triage(
             sources=sources,
-            compiled=st.compiled,
+            compiled=compiled,
             options=_options(st, job.framework, job.exit_code),
             config=config_view,
         )
         data = analysis.model_dump(mode="json")
         note_redactions(data, redactions)
         return ScanOutcome(
-            analysis=data, library_version=st.compiled.library.version, rules=_rule_texts(st.compiled, data)
+            analysis=data, library_version=compiled.library.version, rules=_rule_texts(compiled, data)
         )
     except LogtriageError as exc:
         return JobError.of(exc)

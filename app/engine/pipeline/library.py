@@ -8,11 +8,13 @@ the file and the field, so a typo in a rule never silently disables it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
 import pickle
 import re as stdlib_re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -427,6 +429,89 @@ class Library:
     def kind(self, kind_id: str) -> Kind:
         """The catalogue's words for a kind (a stored analysis may name one since dropped)."""
         return self.kinds.get(kind_id) or Kind(id=kind_id, label=kind_id.title(), who=kind_id, action="")
+
+    def with_pack(self, pack: SitePack) -> Library:
+        """This library with a site rule pack: its rules replace bundled rules of the same id
+        and add the rest; its classes add to the catalogue (never rename one). The version
+        says which pack (``0.3.0+site.<digest>``), so stored analyses name what named them."""
+        if not pack.rules and not pack.classes:
+            return self
+        classes = dict(self.classes)
+        for c in pack.classes:
+            if c.id not in classes:
+                classes[c.id] = c
+        by_id = {lr.rule.id: lr for lr in self.rules}
+        for lr in pack.rules:
+            by_id[lr.rule.id] = lr
+        return dataclasses.replace(
+            self,
+            version=f"{self.version}+site.{pack.digest}",
+            rules=list(by_id.values()),
+            classes=classes,
+            _by_id={},
+        )
+
+
+@dataclass(frozen=True)
+class SitePack:
+    """Rules a site taught its service (stored, or YAML directories: LOGTRIAGE_RULE_PACKS) and
+    the classes they added; ``digest`` names the pack's exact content."""
+
+    rules: tuple[LoadedRule, ...] = ()
+    classes: tuple[FailureClass, ...] = ()
+    digest: str = "none"
+
+    @classmethod
+    def build(
+        cls,
+        entries: Sequence[tuple[dict[str, Any], str]],
+        *,
+        base: Library,
+        classes: Sequence[dict[str, str]] = (),
+    ) -> SitePack:
+        """A pack from rule mappings (each with where it came from: ``site:<id>@<version>`` or
+        a file), validated as a bundled rule is: schema, patterns (lint), classes (the base
+        library's or the pack's own), remediation placeholders. Raises RuleError."""
+        import yaml
+
+        known = dict(base.classes)
+        extra: list[FailureClass] = []
+        for c in classes:
+            cid, kind = str(c.get("id", "")), str(c.get("kind", "unknown"))
+            if not stdlib_re.fullmatch(CLASS_ID, cid) or not cid.startswith("site."):
+                raise RuleError(
+                    f"a site class is named site.<name>, not {cid!r}", file="site", field="classes"
+                )
+            if base.kinds and kind not in base.kinds:
+                raise RuleError(
+                    f"class {cid!r}: kind {kind!r} is not one of {', '.join(base.kinds)}", file="site"
+                )
+            fc = FailureClass(id=cid, kind=kind, summary=str(c.get("summary") or cid), explains=())
+            known.setdefault(cid, fc)
+            extra.append(fc)
+        fact_names = {f.name for f in base.facts} | set(DERIVED_FACTS)
+        loaded: list[LoadedRule] = []
+        for data, origin in entries:
+            try:
+                rule = Rule.model_validate(data)
+            except ValidationError as exc:
+                raise RuleError(_format_validation(exc), file=origin) from None
+            for cls_field, value in [
+                ("failure_class", rule.failure_class),
+                *(("explains", c) for c in rule.explains),
+            ]:
+                if value not in known:
+                    raise RuleError(f"{value!r} is not a known class", file=origin, field=cls_field)
+            for name in sorted(rule.template_names() - rule.capture_names() - fact_names):
+                raise RuleError(f"remediation uses {{{name}}}, which nothing captures", file=origin)
+            text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+            loaded.append(LoadedRule(rule=rule, path=Path(origin), text=text))
+        h = hashlib.sha256()
+        for lr in loaded:
+            h.update(lr.text.encode())
+        for fc in extra:
+            h.update(f"{fc.id}:{fc.kind}:{fc.summary};".encode())
+        return cls(tuple(loaded), tuple(extra), h.hexdigest()[:12] if loaded or extra else "none")
 
 
 def default_rules_dir() -> Path:
