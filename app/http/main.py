@@ -84,6 +84,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(store.check_writable)
         library = await asyncio.to_thread(load_library, settings.rules_dir)
         pool = ScanPool(settings)
+        from app.service.sitepack import SitePackSource
+
+        pool.site = SitePackSource(settings, db, library)
         service = AnalysisService(settings=settings, db=db, store=store, pool=pool)
         app.state.ctx = ctx = AppContext(
             settings=settings,

@@ -7,6 +7,7 @@ pages, the REST API and the Slack bot all start analyses through `AnalysisServic
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Collection
@@ -539,6 +540,9 @@ class AnalysisService:
 
     async def retriage(self, analysis_id: str) -> tuple[str, dict[str, Any]]:
         job = await asyncio.to_thread(load_retriage_job, self.db, analysis_id)
+        site = await self.pool.site_rules()
+        if site is not None:
+            job = dataclasses.replace(job, site=site)
         result = await self.pool.call(retriage_stored, job)
         if isinstance(result, JobError):
             raise result.to_exception()

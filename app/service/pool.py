@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 from app.errors import (
     ServiceUnavailableError,
 )
-from app.service.jobs import JobError, ScanJob, ScanOutcome
+from app.service.jobs import JobError, ScanJob, ScanOutcome, SiteRules
 from app.service.worker import (
     init_worker,
     ping,
@@ -75,6 +76,8 @@ class ScanPool:
         self.ready = asyncio.Event()
         self.library_version: str | None = None
         self.failure: str | None = None
+        # where the site rule pack of the moment comes from (app.service.sitepack), set by the app
+        self.site: Any = None
 
     def _ensure(self, bulk: bool) -> ProcessPoolExecutor:
         pool = self._bulk if bulk else self._pool
@@ -97,8 +100,15 @@ class ScanPool:
             return True  # still arriving, of a length nobody said: it may well be big
         return limit > 0 and sum(f.size for f in job.files) >= limit
 
+    async def site_rules(self) -> SiteRules | None:
+        """The site rule pack every job carries now (None: none, or no source)."""
+        return await self.site.get() if self.site is not None else None
+
     async def scan(self, job: ScanJob) -> ScanOutcome | JobError:
-        """Analyse an upload in its lane."""
+        """Analyse an upload in its lane, with the site rule pack of the moment."""
+        site = await self.site_rules()
+        if site is not None:
+            job = dataclasses.replace(job, site=site)
         return await self.call(scan_upload, job, bulk=self.is_bulk(job))
 
     async def call(self, fn: Callable[[T], R], arg: T, *, bulk: bool = False) -> R:

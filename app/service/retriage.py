@@ -20,6 +20,7 @@ store), and logtriage installed on every node.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import logging
@@ -39,7 +40,7 @@ from app.db.session import Database
 from app.engine.pipeline.library import default_rules_dir
 from app.errors import LogtriageError, MissingExtraError, ServiceUnavailableError
 from app.service.analyses import retriage_job_of
-from app.service.jobs import JobError, RetriageJob, ScanOutcome
+from app.service.jobs import JobError, RetriageJob, ScanOutcome, SiteRules
 from app.service.worker import init_local, init_worker, ping, retriage_stored, worker_settings_payload
 from app.settings import Settings
 
@@ -103,7 +104,7 @@ class _Loaded:
 
 
 def load_batch(
-    db: Database, ids: Sequence[str], *, with_results: bool
+    db: Database, ids: Sequence[str], *, with_results: bool, site: SiteRules | None = None
 ) -> tuple[_Loaded, list[RetriageJob], dict[str, Changes]]:
     """One read transaction for a batch: its jobs, and an error for each id that cannot re-run."""
     from sqlalchemy import select
@@ -127,7 +128,8 @@ def load_batch(
                 errors[aid] = _error(f"no analysis {aid!r}")
                 continue
             try:
-                jobs.append(retriage_job_of(row))
+                job = retriage_job_of(row)
+                jobs.append(dataclasses.replace(job, site=site) if site is not None else job)
             except LogtriageError as exc:
                 errors[aid] = _error(exc.detail)
                 continue
@@ -189,6 +191,7 @@ def retriage_analyses(
     runner: Runner,
     batch_size: int = DEFAULT_BATCH,
     dry_run: bool = False,
+    site: SiteRules | None = None,
 ) -> Results:
     """The one driver loop: load jobs batch by batch, let `runner` compute, persist each batch.
 
@@ -203,7 +206,7 @@ def retriage_analyses(
 
     def batches() -> Iterator[Batch]:
         for index, start in enumerate(range(0, len(ids), size)):
-            loaded, jobs, errors = load_batch(db, ids[start : start + size], with_results=dry_run)
+            loaded, jobs, errors = load_batch(db, ids[start : start + size], with_results=dry_run, site=site)
             results.update(errors)
             if jobs:
                 handed_out[index] = loaded
@@ -224,14 +227,26 @@ def retriage(
     dry_run: bool = False,
     ray: RayOptions | None = None,
 ) -> Results:
-    """Bulk re-triage in this process, or on Ray with `ray` options (the CLI's `logtriage retriage`)."""
+    """Bulk re-triage in this process, or on Ray with `ray` options (the CLI's `logtriage retriage`),
+    with the site rule pack of the moment (each job carries it, as the service's do)."""
+    from app.engine.pipeline.library import load_library
+    from app.service.sitepack import SitePackSource
+
+    site = SitePackSource(settings, db, load_library(settings.rules_dir)).read()
     if ray is None:
         init_local(settings)
-        return retriage_analyses(db=db, analysis_ids=analysis_ids, runner=local_runner, dry_run=dry_run)
+        return retriage_analyses(
+            db=db, analysis_ids=analysis_ids, runner=local_runner, dry_run=dry_run, site=site
+        )
     batches = -(-len(analysis_ids) // max(1, ray.batch_size))
     with RayRunner(settings, ray, max_workers=batches) as runner:
         return retriage_analyses(
-            db=db, analysis_ids=analysis_ids, runner=runner, batch_size=ray.batch_size, dry_run=dry_run
+            db=db,
+            analysis_ids=analysis_ids,
+            runner=runner,
+            batch_size=ray.batch_size,
+            dry_run=dry_run,
+            site=site,
         )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,8 @@ from app.service.jobs import SiteRules
 from app.settings import Settings
 
 __all__ = ["TTL", "SitePackSource", "load_dirs", "pack_entries"]
+
+log = logging.getLogger("logtriage.service")
 
 TTL = 2.0  # seconds a read pack is used before the store is asked again
 MAX_RULES = 500
@@ -80,15 +83,35 @@ class SitePackSource:
     """The current pack for the jobs this process sends (thread-safe; `get` never blocks the
     event loop: a stale pack is re-read in a thread)."""
 
-    def __init__(self, settings: Settings, db: Any) -> None:
+    def __init__(self, settings: Settings, db: Any, base: Any) -> None:
         self.settings = settings
         self.db = db
+        self.base = base  # the bundled Library: a pack is checked against it before it is used
         self._pack: SiteRules | None = None
         self._read_at = 0.0
         self._lock = threading.Lock()
+        self.problem: str | None = None  # why the last read pack was not used
 
     def read(self) -> SiteRules | None:
-        """Read the pack now (blocking: database and files)."""
+        """Read the pack now (blocking: database and files). A pack that does not load (a bad
+        file in a pack directory) is not used: the last good one stays, and ``problem`` says
+        why (readiness shows it)."""
+        try:
+            pack = self._read()
+            if pack is not None:
+                from app.engine.pipeline.library import SitePack
+
+                SitePack.build(list(pack.rules), base=self.base, classes=list(pack.classes))
+        except RuleError as exc:
+            log.warning("site rule pack not loaded, keeping the last good one: %s", exc)
+            with self._lock:
+                self.problem, self._read_at = str(exc), time.monotonic()
+                return self._pack
+        with self._lock:
+            self._pack, self._read_at, self.problem = pack, time.monotonic(), None
+        return pack
+
+    def _read(self) -> SiteRules | None:
         from sqlalchemy import select
 
         from app.db.models import SiteRule
@@ -112,8 +135,6 @@ class SitePackSource:
 
             body = json.dumps([rules, classes], sort_keys=True, default=str).encode()
             pack = SiteRules(hashlib.sha256(body).hexdigest()[:12], rules, classes)
-        with self._lock:
-            self._pack, self._read_at = pack, time.monotonic()
         return pack
 
     def invalidate(self) -> None:

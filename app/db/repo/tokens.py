@@ -17,7 +17,7 @@ from app.db.models import (
 )
 from app.errors import ConflictError, NotFoundError, UsageError
 
-SCOPES = ("ingest", "read", "admin")
+SCOPES = ("ingest", "read", "admin", "rules:write")  # rules:write: publish site rules (issue 23)
 TOKEN_PREFIX = "lt_"
 
 
