@@ -88,6 +88,11 @@ ROUTES: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/clusters"): Need("read"),
     ("PATCH", "/api/v1/groups/{group_id}"): Need("read"),
     ("GET", "/api/v1/analyses/{analysis_id}/similar"): Need("own"),
+    # drafting needs read and ingest; publishing a scope of its own (rules:write, or admin)
+    ("POST", "/api/v1/rules/drafts"): Need("read+ingest", ok=201),
+    ("GET", "/api/v1/rules/drafts/{draft_id}"): Need("read+ingest"),
+    ("POST", "/api/v1/rules/drafts/{draft_id}/publish"): Need("rules:write", ok=201),
+    ("GET", "/api/v1/rules/site"): Need("read"),
     # public: health, the API document and its docs, problem types, static assets, sign-in
     ("GET", "/healthz"): Need("public"),
     ("GET", "/readyz"): Need("public"),
@@ -169,6 +174,8 @@ def expected(method: str, need: Need, kind: str) -> int | set[int]:
         "read": "read" in scopes or "admin" in scopes,
         "admin": "admin" in scopes,
         "ingest-or-read": bool(scopes & {"ingest", "read", "admin"}),
+        "read+ingest": {"read", "ingest"} <= scopes or "admin" in scopes,
+        "rules:write": "rules:write" in scopes or "admin" in scopes,
     }[need.access]
     if not allowed:
         return 403
@@ -213,6 +220,8 @@ class World:
     open_cookie: str
     open_csrf: str
     rule_id: str
+    draft_id: str = ""  # a rule draft (issue 23), on each server
+    open_draft_id: str = ""
 
 
 def _token(srv: LiveServer, name: str, scopes: list[str], *, expires: dt.datetime | None = None) -> str:
@@ -236,6 +245,18 @@ def _post_log(srv: LiveServer, token: str | None, tail: str) -> str:
     with srv.client() as c:
         r = c.post(API, content=training_log(tail, job=uuid.uuid4().hex), headers=headers)
     assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def _draft(srv: LiveServer, token: str | None, analysis_id: str) -> str:
+    """A publishable draft: from the ECC error line of an analysis."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with srv.client() as c:
+        line = c.get(f"{API}/{analysis_id}", headers=headers).json()["root_cause"]["evidence"][0]["line"]
+        r = c.post(
+            "/api/v1/rules/drafts", json={"analysis_id": analysis_id, "lines": [line]}, headers=headers
+        )
+    assert r.status_code == 201 and not r.json()["problems"], r.text
     return str(r.json()["id"])
 
 
@@ -287,6 +308,8 @@ def world(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wor
                 open_cookie = c.cookies[COOKIE]
             open_id = _post_log(open_srv, None, ECC.format(ip="10.8.8.8"))
             rule_id = srv.ctx.library.rules[0].rule.id
+            draft_id = _draft(srv, tokens["admin"], other_id)
+            open_draft_id = _draft(open_srv, None, open_id)
             yield World(
                 srv,
                 open_srv,
@@ -300,6 +323,8 @@ def world(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wor
                 open_cookie,
                 open_csrf,
                 rule_id,
+                draft_id,
+                open_draft_id,
             )
     finally:
         if not db_url.startswith("sqlite"):
@@ -325,6 +350,7 @@ def request_for(w: World, method: str, path: str, kind: str) -> tuple[LiveServer
         .replace("{job_id}", f"matrix-{uuid.uuid4().hex[:10]}")
         .replace("{host}", "10.250.0.1")
         .replace("{group_id}", "t:0123456789ab")
+        .replace("{draft_id}", w.open_draft_id if kind == "open" else w.draft_id)
     )
     if path == "/static":
         url = f"/static/{_static_file()}"
@@ -374,6 +400,11 @@ def request_for(w: World, method: str, path: str, kind: str) -> tuple[LiveServer
         req["json"] = {"status": "succeeded", "attempt_id": uuid.uuid4().hex}
     elif (method, path) == ("POST", "/api/v1/hosts/{host}/clear"):
         req["json"] = {"note": "access matrix"}
+    elif (method, path) == ("POST", "/api/v1/rules/drafts"):
+        req["json"] = {"analysis_id": analysis, "lines": [1]}
+    elif (method, path) == ("POST", "/api/v1/rules/drafts/{draft_id}/publish"):
+        # each allowed caller publishes it again: a new version of the same site rule
+        req["json"] = {"id": "site-matrix-ecc", "failure_class": "hardware.gpu_ecc_error", "again": True}
     elif (method, path) == ("PATCH", "/api/v1/groups/{group_id}"):
         req["json"] = {"status": "open"}
     elif (method, path) == ("POST", "/hosts/clear"):

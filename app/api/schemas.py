@@ -99,6 +99,42 @@ class GroupIn(BaseModel):
     )
 
 
+class DraftIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cluster_id: str | None = Field(
+        default=None, max_length=40, description="a cluster of GET /api/v1/clusters"
+    )
+    analysis_id: str | None = Field(default=None, max_length=26)
+    file: int = Field(default=0, ge=0, le=100_000, description="the analysis' log file (0 the first)")
+    lines: list[int] | None = Field(default=None, max_length=50, description="line numbers of that file")
+
+
+class SiteClassIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^site\.[a-z0-9_]+$", max_length=100)
+    kind: Literal["hardware", "infra", "config", "code", "numerics", "unknown"]
+    summary: str = Field(min_length=5, max_length=300)
+
+
+class PublishIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(
+        default=None, max_length=100, description="the rule id (a bundled id overrides it)"
+    )
+    failure_class: str | None = Field(default=None, max_length=100)
+    site_class: SiteClassIn | None = Field(default=None, description="a new class of this site")
+    title: str | None = Field(default=None, max_length=120)
+    explanation: str | None = Field(default=None, max_length=4000)
+    remediation: str | None = Field(default=None, max_length=8000)
+    severity: Literal["error", "warning", "info", "critical"] | None = None
+    confidence: float | None = Field(default=None, gt=0, le=1)
+    pattern: str | None = Field(default=None, max_length=2000, description="the pattern, edited")
+    again: bool | None = Field(default=None, description="publish a draft published before as a new version")
+
+
 class HostClearIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -24,7 +24,7 @@ from app.errors import ConflictError, ForbiddenError, NotFoundError, RuleError, 
 from app.service.access import Principal, check_can_read
 from app.service.context import ServiceContext
 
-__all__ = ["Backtest", "create_draft", "get_draft", "publish_draft"]
+__all__ = ["Backtest", "create_draft", "get_draft", "publish_draft", "site_rules"]
 
 MAX_LINES = 50
 BACKTEST_ROWS = 400_000  # signal lines read for one back-test (newest first)
@@ -390,3 +390,25 @@ def publish_draft(
             "or `logtriage retriage --since 30d --class unknown`",
         },
     }
+
+
+def site_rules(ctx: ServiceContext) -> list[dict[str, Any]]:
+    """Every published version of the site pack's rules, newest first (the audit trail)."""
+    from sqlalchemy import select
+
+    with ctx.db.read() as s:
+        rows = list(s.scalars(select(SiteRule).order_by(SiteRule.published_at.desc(), SiteRule.rule_id)))
+        return [
+            {
+                "rule_id": r.rule_id,
+                "version": r.version,
+                "failure_class": (r.rule.get("rule") or {}).get("failure_class"),
+                "title": (r.rule.get("rule") or {}).get("title"),
+                "site_class": r.rule.get("site_class"),
+                "draft_id": r.draft_id,
+                "author": r.author,
+                "published_at": r.published_at.isoformat(),
+                "diff": r.diff,
+            }
+            for r in rows
+        ]

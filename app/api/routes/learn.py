@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
 
-from app.api.schemas import GroupIn
+from app.api.schemas import DraftIn, GroupIn, PublishIn
 from app.http.deps import CtxDep, PrincipalDep, ReadDep
 from app.http.openapi import problems
-from app.service import learn
+from app.service import drafts, learn
 
 router = APIRouter(prefix="/api/v1", tags=["learn"])
 
@@ -75,3 +76,53 @@ def get_similar(
 ) -> dict[str, Any]:
     items = learn.similar_failures(ctx, analysis_id=analysis_id, principal=principal, limit=limit)
     return {"items": [s.as_dict() for s in items]}
+
+
+@router.post(
+    "/rules/drafts",
+    status_code=201,
+    summary="Draft a rule from a cluster of the unknowns inbox, or from lines of an analysis' log; "
+    "back-tested on the stored analyses",
+    responses=problems(400, 401, 403, 404, 422),
+)
+def post_draft(body: DraftIn, ctx: CtxDep, principal: PrincipalDep) -> JSONResponse:
+    out = drafts.create_draft(
+        ctx,
+        principal=principal,
+        cluster_id=body.cluster_id,
+        analysis_id=body.analysis_id,
+        file=body.file,
+        lines=body.lines,
+    )
+    return JSONResponse(out, status_code=201)
+
+
+@router.get(
+    "/rules/drafts/{draft_id}",
+    summary="A rule draft, its lint problems and its back-test",
+    responses=problems(401, 403, 404),
+)
+def get_draft(draft_id: str, ctx: CtxDep, principal: PrincipalDep) -> dict[str, Any]:
+    return drafts.get_draft(ctx, draft_id=draft_id, principal=principal)
+
+
+@router.post(
+    "/rules/drafts/{draft_id}/publish",
+    status_code=201,
+    summary="Publish a draft into the site rule pack (scope rules:write): new analyses use it at once",
+    responses=problems(400, 401, 403, 404, 409, 422),
+)
+def publish_draft(draft_id: str, body: PublishIn, ctx: CtxDep, principal: PrincipalDep) -> JSONResponse:
+    out = drafts.publish_draft(
+        ctx, draft_id=draft_id, principal=principal, overrides=body.model_dump(exclude_none=True)
+    )
+    return JSONResponse(out, status_code=201)
+
+
+@router.get(
+    "/rules/site",
+    summary="The site rule pack: every published version (author, time, diff): the audit trail",
+    responses=problems(401, 403),
+)
+def get_site_rules(ctx: CtxDep, _principal: ReadDep) -> dict[str, Any]:
+    return {"items": drafts.site_rules(ctx)}
