@@ -45,6 +45,12 @@ def _compiled(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         from app.engine.ruledev.synthetic import synthetic_rules
 
         extra = synthetic_rules(n_extra)
+    packs = [*settings.rule_packs, *(Path(p) for p in getattr(args, "pack", None) or [])]
+    if packs:
+        from app.engine.pipeline.library import SitePack, load_pack_dirs
+
+        entries, classes = load_pack_dirs(packs)
+        library = library.with_pack(SitePack.build(entries, base=library, classes=classes))
     engine = getattr(args, "engine", None) or settings.engine
     return CompiledLibrary(library, engine=engine, cache_dir=cache_dir, extra_rules=extra)
 
@@ -133,6 +139,18 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
 
     compiled = _compiled(args)
     results = run_all(compiled)
+    if args.pack:  # a site pack's own fixtures, and the healthy baseline with it
+        mine = {str(Path(p).resolve()) for p in args.pack}
+        results = [
+            r
+            for r in results
+            if r.rule_id == "_baseline"
+            or any(
+                str(lr.path.resolve()).startswith(tuple(mine))
+                for lr in [compiled.library.get(r.rule_id)]
+                if lr is not None
+            )
+        ]
     failed = [r for r in results if not r.ok]
     for r in results:
         if not r.ok or args.verbose:
@@ -165,6 +183,20 @@ def cmd_rules_lint(args: argparse.Namespace) -> int:
 def cmd_rules_export(args: argparse.Namespace) -> int:
     from app.engine.ruledev.export import to_grep_patterns
 
+    if args.format == "pack":
+        from app.service import runtime
+        from app.service.drafts import export_pack
+        from app.settings import get_settings
+
+        if not args.out:
+            raise UsageError("--format pack writes a directory: give --out DIR")
+        written = export_pack(runtime.open_database(get_settings()), out=Path(args.out))
+        rules = sum(1 for p in written if p.suffix == ".yaml" and p.name != "classes.yaml")
+        print(
+            f"{rules} site rule(s) with their fixtures in {args.out}; "
+            f"test them: logtriage rules test --pack {args.out}"
+        )
+        return 0
     compiled = _compiled(args)
     if args.format == "grep":
         for pat in to_grep_patterns(compiled, include_all=args.all):
@@ -210,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--rules", help="rule library directory (default: bundled rules/)")
         sp.add_argument("--engine", choices=["auto", "hyperscan", "regex"], help="scan engine")
         sp.add_argument("--extra-synthetic-rules", type=int, default=0, help=argparse.SUPPRESS)
+        sp.add_argument(
+            "--pack",
+            action="append",
+            metavar="DIR",
+            help="a site rule pack directory added to the library (repeatable; also LOGTRIAGE_RULE_PACKS)",
+        )
 
     a = sub.add_parser("analyze", help="analyse log files, directories or - (stdin)")
     a.add_argument("paths", nargs="+", metavar="LOG", help="log files (plain, gzip, zstd), directories, or -")
@@ -237,8 +275,14 @@ def build_parser() -> argparse.ArgumentParser:
     rli = rsub.add_parser("lint", help="validate rules, fixtures and scan cost")
     rli.add_argument("--costs", action="store_true", help="print each rule's scan cost")
     rc = rsub.add_parser("catalog", help="the rule catalogue as markdown (docs/rule-catalog.md)")
-    re_ = rsub.add_parser("export", help="export patterns (grep) or the rule JSON schema")
-    re_.add_argument("--format", choices=["grep", "schema"], default="grep")
+    re_ = rsub.add_parser("export", help="export patterns (grep), the rule JSON schema, or the site pack")
+    re_.add_argument(
+        "--format",
+        choices=["grep", "schema", "pack"],
+        default="grep",
+        help="pack: the service's site rule pack as rule files with fixtures (--out DIR)",
+    )
+    re_.add_argument("--out", help="the directory --format pack writes")
     re_.add_argument("--all", action="store_true", help="also facts and framework detectors")
     for sp, fn in (
         (rl, cmd_rules_list),

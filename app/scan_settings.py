@@ -9,7 +9,7 @@ defaults below, which a test keeps equal to `Settings`' own; any set → `get_se
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ENV_PREFIX = "LOGTRIAGE_"
@@ -22,6 +22,7 @@ class ScanSettings:
     engine: str = "auto"
     max_bytes: int = 20 << 30
     scan_jobs: int = 0
+    rule_packs: list[Path] = field(default_factory=list)
 
 
 def scan_settings() -> ScanSettings:
@@ -35,5 +36,6 @@ def scan_settings() -> ScanSettings:
             engine=s.engine,
             max_bytes=s.max_bytes,
             scan_jobs=s.scan_jobs,
+            rule_packs=list(s.rule_packs),
         )
     return ScanSettings()

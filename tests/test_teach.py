@@ -4,13 +4,14 @@ failures -> their cluster -> a drafted rule with its back-test -> published into
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.servicekit import LiveServer, live_server, make_settings, training_log
+from tests.servicekit import LiveServer, cli_env, live_server, make_settings, run_cli, training_log
 
 pytestmark = pytest.mark.slow  # live servers
 
@@ -106,6 +107,32 @@ def test_three_unknowns_teach_a_rule_that_names_the_fourth(teach: LiveServer) ->
         assert r.status_code == 200, r.text
         again = c.get(f"{API}/{first[0]['id']}").json()
         assert again["root_cause"]["rule_id"] == "site-frob-lease-lost"
+    # the pack as rule files with fixtures: they pass `rules test`, and the offline CLI names
+    # a fifth variant with them (and not without)
+    out = teach.settings.data_dir / "exported-pack"
+    env = cli_env(teach.settings)
+    r = run_cli("rules", "export", "--format", "pack", "--out", str(out), env=env)
+    assert r.returncode == 0, r.stderr
+    assert (out / "site-frob-lease-lost.yaml").is_file() and (out / "classes.yaml").is_file()
+    assert sorted(p.name for p in out.glob("*.log")) == [
+        f"site-frob-lease-lost.match-{i}.log" for i in (1, 2, 3)
+    ]
+    r = run_cli("rules", "test", "-v", "--pack", str(out), env=env)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith(", 0 failed"), r.stdout
+    for i in (1, 2, 3):  # the pack's own fixtures ran (and the baseline), not the bundled ones
+        assert "ok   site-frob-lease-lost" in r.stdout and f"site-frob-lease-lost.match-{i}.log" in r.stdout
+    assert "cuda-device-side-assert" not in r.stdout
+    log = out.parent / "fifth.log"
+    log.write_text(frob(9))
+    with_pack = run_cli("analyze", str(log), "--format", "json", "--pack", str(out), env=env)
+    assert with_pack.returncode == 0, with_pack.stderr
+    assert json.loads(with_pack.stdout)["root_cause"]["rule_id"] == "site-frob-lease-lost"
+    bare = run_cli("analyze", str(log), "--format", "json", env=env)
+    assert json.loads(bare.stdout)["root_cause"] is None
+    # a broken pack is a clear error, not a traceback
+    (out / "broken.yaml").write_text("id: broken\nversion: 1\n")
+    r = run_cli("analyze", str(log), "--pack", str(out), env=env)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and "broken" in r.stderr
 
 
 def test_a_draft_from_picked_lines_and_hostile_lines_are_inert(teach: LiveServer) -> None:

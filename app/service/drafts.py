@@ -15,6 +15,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from app.db.models import RuleDraft, SiteRule
@@ -24,7 +25,7 @@ from app.errors import ConflictError, ForbiddenError, NotFoundError, RuleError, 
 from app.service.access import Principal, check_can_read
 from app.service.context import ServiceContext
 
-__all__ = ["Backtest", "create_draft", "get_draft", "publish_draft", "site_rules"]
+__all__ = ["Backtest", "create_draft", "export_pack", "get_draft", "publish_draft", "site_rules"]
 
 MAX_LINES = 50
 BACKTEST_ROWS = 400_000  # signal lines read for one back-test (newest first)
@@ -412,3 +413,48 @@ def site_rules(ctx: ServiceContext) -> list[dict[str, Any]]:
             }
             for r in rows
         ]
+
+
+def export_pack(db: Any, *, out: Path) -> list[Path]:
+    """The site pack as rule files (a ready pull request to the bundled library, or a pack
+    directory for LOGTRIAGE_RULE_PACKS): ``<id>.yaml`` for each rule's latest version, its
+    draft's instances as positive fixtures ``<id>.match-N.log``, and ``classes.yaml`` for the
+    site's classes. `logtriage rules test --pack OUT` runs them."""
+    import yaml
+    from sqlalchemy import select
+
+    from app.service.sitepack import pack_entries
+
+    with db.read() as s:
+        rows = list(s.scalars(select(SiteRule)))
+        entries, classes = pack_entries(rows)
+        latest: dict[str, SiteRule] = {}
+        for r in rows:
+            if r.rule_id not in latest or r.version > latest[r.rule_id].version:
+                latest[r.rule_id] = r
+        ids = [r.draft_id for r in latest.values() if r.draft_id]
+        drafts = {d.id: d for d in s.scalars(select(RuleDraft).where(RuleDraft.id.in_(ids)))}
+        instances = {
+            rid: list((drafts[r.draft_id].rule.get("instances") or []) if r.draft_id in drafts else [])
+            for rid, r in latest.items()
+        }
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for data, _origin in entries:
+        rid = str(data["id"])
+        rule = dict(data)
+        fixtures: dict[str, Any] = {}
+        for i, line in enumerate(instances.get(rid, [])[:3], 1):
+            name = f"{rid}.match-{i}.log"
+            (out / name).write_text(line.rstrip("\n") + "\n", encoding="utf-8")
+            fixtures[name] = {}
+            written.append(out / name)
+        rule["fixtures"] = fixtures
+        path = out / f"{rid}.yaml"
+        path.write_text(yaml.safe_dump(rule, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        written.append(path)
+    if classes:
+        path = out / "classes.yaml"
+        path.write_text(yaml.safe_dump(classes, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        written.append(path)
+    return written

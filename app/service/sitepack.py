@@ -35,29 +35,9 @@ MAX_RULES = 500
 
 
 def load_dirs(dirs: list[Path]) -> tuple[list[tuple[dict[str, Any], str]], list[dict[str, str]]]:
-    """The rules and classes of pack directories; raises RuleError for a file that is not one."""
-    import yaml
+    from app.engine.pipeline.library import load_pack_dirs
 
-    rules: list[tuple[dict[str, Any], str]] = []
-    classes: list[dict[str, str]] = []
-    for d in dirs:
-        if not d.is_dir():
-            raise RuleError("not a directory", file=str(d))
-        for path in sorted(d.rglob("*.yaml")):
-            try:
-                data = yaml.safe_load(path.read_text(encoding="utf-8"))
-            except (OSError, yaml.YAMLError) as exc:
-                raise RuleError(f"cannot read: {exc}", file=str(path)) from None
-            if path.name == "classes.yaml":
-                for c in data or []:
-                    if not isinstance(c, dict):
-                        raise RuleError("classes.yaml holds a list of {id, kind, summary}", file=str(path))
-                    classes.append({k: str(v) for k, v in c.items()})
-                continue
-            if not isinstance(data, dict):
-                raise RuleError("a rule file holds one mapping", file=str(path))
-            rules.append((data, str(path)))
-    return rules, classes
+    return load_pack_dirs(dirs)
 
 
 def pack_entries(rows: list[Any]) -> tuple[list[tuple[dict[str, Any], str]], list[dict[str, str]]]:

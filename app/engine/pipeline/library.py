@@ -514,6 +514,31 @@ class SitePack:
         return cls(tuple(loaded), tuple(extra), h.hexdigest()[:12] if loaded or extra else "none")
 
 
+def load_pack_dirs(dirs: Sequence[Path]) -> tuple[list[tuple[dict[str, Any], str]], list[dict[str, str]]]:
+    """Site rule pack directories (LOGTRIAGE_RULE_PACKS, ``--pack``): rule files as in
+    ``rules/<group>/`` (fixtures ``<id>.*.log`` beside them) and an optional ``classes.yaml``
+    (``- {id: site.<name>, kind: infra, summary: ...}``). Raises RuleError for a file that is
+    not one; `SitePack.build` validates the rules."""
+    rules: list[tuple[dict[str, Any], str]] = []
+    classes: list[dict[str, str]] = []
+    for d in dirs:
+        if not d.is_dir():
+            raise RuleError("not a directory", file=str(d))
+        for path in sorted(d.rglob("*.yaml")):
+            data = _read_yaml(path)
+            if path.name == "classes.yaml":
+                if not isinstance(data, list) or not all(isinstance(c, dict) for c in data):
+                    raise RuleError("classes.yaml holds a list of {id, kind, summary}", file=str(path))
+                classes.extend({k: str(v) for k, v in c.items()} for c in data)
+                continue
+            if not isinstance(data, dict):
+                raise RuleError("a rule file holds one mapping", file=str(path))
+            if data.get("id") != path.stem:
+                raise RuleError(f"id {data.get('id')!r} is not the file name", file=str(path), field="id")
+            rules.append((data, str(path)))
+    return rules, classes
+
+
 def default_rules_dir() -> Path:
     """The rules shipped with the project (repo checkout or installed data)."""
     here = Path(__file__).resolve()
