@@ -217,6 +217,8 @@ def cmd_rules_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    if args.site:
+        return _eval_site(args)
     from app.engine.ruledev.evaluation import evaluate_corpus, format_report
 
     compiled = _compiled(args)
@@ -227,6 +229,40 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(format_report(report))
     if args.min_accuracy is not None and report.accuracy < args.min_accuracy:
         print(f"accuracy {report.accuracy:.3f} is below --min-accuracy {args.min_accuracy}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _eval_site(args: argparse.Namespace) -> int:
+    """The site's own evaluation set: its analyses that people gave a verdict on."""
+    from types import SimpleNamespace
+
+    from app.service import runtime
+    from app.service.access import ALL_SCOPES, Principal
+    from app.service.learn import feedback_summary
+    from app.settings import get_settings
+
+    ctx = SimpleNamespace(db=runtime.open_database(get_settings()))
+    out = feedback_summary(ctx, principal=Principal(None, "cli", ALL_SCOPES))  # type: ignore[arg-type]
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        if not out["labelled"]:
+            print("no labelled analyses yet: a verdict (Correct, or Wrong with the right class) labels one")
+        else:
+            print(f"site history: {out['labelled']} labelled analyses, top-1 {out['accuracy']:.1%}")
+            for m in out["months"]:
+                print(f"  {m['month']}  {m['right']:5} / {m['labelled']:<5} {m['accuracy']:.1%}")
+        flagged = [r for r in out["rules"] if r["flagged"]]
+        for r in flagged:
+            print(
+                f"rule {r['rule_id']}: precision {r['precision']:.0%} "
+                f"({r['correct']} correct, {r['wrong']} wrong)"
+            )
+        for p_ in out["proposals"]:
+            print(f"proposal: {p_['why']}")
+    if args.min_accuracy is not None and (out["accuracy"] or 0.0) < args.min_accuracy:
+        print(f"accuracy {out['accuracy']} is below --min-accuracy {args.min_accuracy}", file=sys.stderr)
         return 1
     return 0
 
@@ -300,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true")
     e.add_argument("--split", help="only one part of the corpus (real, public)")
     e.add_argument("--min-accuracy", type=float, help="exit 1 when top-1 accuracy is below this")
+    e.add_argument(
+        "--site",
+        action="store_true",
+        help="the service's own labelled history instead (analyses people gave a verdict on)",
+    )
     common(e)
     e.set_defaults(func=cmd_eval)
 

@@ -93,6 +93,7 @@ ROUTES: dict[tuple[str, str], Need] = {
     ("GET", "/api/v1/rules/drafts/{draft_id}"): Need("read+ingest"),
     ("POST", "/api/v1/rules/drafts/{draft_id}/publish"): Need("rules:write", ok=201),
     ("GET", "/api/v1/rules/site"): Need("read"),
+    ("GET", "/api/v1/feedback/summary"): Need("read"),
     # public: health, the API document and its docs, problem types, static assets, sign-in
     ("GET", "/healthz"): Need("public"),
     ("GET", "/readyz"): Need("public"),

@@ -157,3 +157,36 @@ def test_known_failures_group_by_fingerprint(client: httpx.Client, posted: dict[
     assert oom["id"].startswith("f:") and posted["wrong"]["id"] in oom["analysis_ids"]
     assert "out of memory" in oom["template"].lower()
     assert client.get("/api/v1/clusters", params={"status": "closed"}).status_code == 422
+
+
+def test_feedback_counts_per_rule_and_proposes_a_rule(client: httpx.Client, server: Any) -> None:
+    from tests.servicekit import cli_env, run_cli
+
+    job = "fb"
+    ids = [
+        post(client, training_log(OOM.format(gib=f"{3 + n}.00")), job_id=f"{job}-{n}")["id"] for n in range(4)
+    ]
+    rule = client.get(f"{API}/{ids[0]}").json()["root_cause"]["rule_id"]
+    assert client.post(f"{API}/{ids[0]}/feedback", json={"verdict": "correct"}).status_code in (200, 201)
+    for aid in ids[1:]:
+        r = client.post(
+            f"{API}/{aid}/feedback", json={"verdict": "wrong", "correct_class": "host.oom_killed"}
+        )
+        assert r.status_code in (200, 201), r.text
+    out = client.get("/api/v1/feedback/summary").json()
+    (mine,) = [x for x in out["rules"] if x["rule_id"] == rule]
+    assert mine["correct"] >= 1 and mine["wrong"] >= 3 and mine["flagged"] and mine["precision"] < 0.8
+    (prop,) = [
+        p for p in out["proposals"] if p["rule_id"] == rule and p["correct_class"] == "host.oom_killed"
+    ]
+    assert set(ids[1:]) <= set(prop["analysis_ids"]) and "marked wrong as host.oom_killed" in prop["why"]
+    assert out["labelled"] >= 4 and 0 <= out["accuracy"] < 1 and out["months"]
+    # the proposal drafts a rule from those analyses, its class suggested by the verdicts
+    r = client.post("/api/v1/rules/drafts", json={"analysis_ids": ids[1:]})
+    assert r.status_code == 201, r.text
+    assert r.json()["class_suggested"] == "host.oom_killed"
+    # the same figures offline
+    res = run_cli("eval", "--site", "--json", env=cli_env(server.settings))
+    assert res.returncode == 0, res.stderr
+    offline = __import__("json").loads(res.stdout)
+    assert offline["labelled"] == out["labelled"] and offline["accuracy"] == out["accuracy"]

@@ -108,6 +108,9 @@ class DraftIn(BaseModel):
     analysis_id: str | None = Field(default=None, max_length=26)
     file: int = Field(default=0, ge=0, le=100_000, description="the analysis' log file (0 the first)")
     lines: list[int] | None = Field(default=None, max_length=50, description="line numbers of that file")
+    analysis_ids: list[str] | None = Field(
+        default=None, max_length=50, description="analyses whose most telling error lines to draft from"
+    )
 
 
 class SiteClassIn(BaseModel):

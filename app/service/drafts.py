@@ -67,15 +67,19 @@ def create_draft(
     analysis_id: str | None = None,
     file: int = 0,
     lines: list[int] | None = None,
+    analysis_ids: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A draft from a cluster of the unknowns inbox, or from line numbers of one analysis' log
-    file; stored, with its back-test."""
+    """A draft from a cluster of the unknowns inbox, from line numbers of one analysis' log
+    file, or from analyses (their most telling error lines: a feedback proposal's); stored,
+    with its back-test."""
     from app.engine.drafts import draft_from_lines
 
     _can_draft(principal)
-    if (cluster_id is None) == (analysis_id is None):
-        raise ValidationFailedError("give cluster_id, or analysis_id with lines")
-    if cluster_id is not None:
+    if sum(x is not None for x in (cluster_id, analysis_id, analysis_ids)) != 1:
+        raise ValidationFailedError("give cluster_id, analysis_id with lines, or analysis_ids")
+    if analysis_ids is not None:
+        texts, source = _analyses_lines(ctx, principal=principal, analysis_ids=analysis_ids)
+    elif cluster_id is not None:
         texts, source = _cluster_lines(ctx, principal=principal, cluster_id=cluster_id)
     else:
         assert analysis_id is not None
@@ -156,6 +160,26 @@ def _cluster_lines(
     raise NotFoundError(
         f"no cluster {cluster_id[:40]!r} in the unknowns inbox (it may have changed: list it again)"
     )
+
+
+def _analyses_lines(
+    ctx: ServiceContext, *, principal: Principal, analysis_ids: list[str]
+) -> tuple[list[str], dict[str, Any]]:
+    from app.db import repo
+
+    if not analysis_ids or len(analysis_ids) > MAX_LINES:
+        raise ValidationFailedError(f"analysis_ids holds 1 to {MAX_LINES} analyses")
+    with ctx.db.read() as s:
+        ids = []
+        for aid in analysis_ids:
+            row = repo.get_analysis(s, analysis_id=aid)
+            check_can_read(principal, row)
+            ids.append(row.id)
+        sigs = lrepo.signals_of(s, analysis_ids=ids)
+    texts = [sigs[a][0].text for a in ids if sigs.get(a)]
+    if not texts:
+        raise ValidationFailedError("these analyses' logs end with no error line to draft from")
+    return texts, {"analysis_ids": ids}
 
 
 def _picked_lines(

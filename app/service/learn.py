@@ -25,6 +25,7 @@ __all__ = [
     "GROUP_STATUSES",
     "Cluster",
     "Similar",
+    "feedback_summary",
     "list_clusters",
     "similar_failures",
     "update_group",
@@ -347,3 +348,98 @@ def _text(value: str | None, what: str, limit: int, *, multiline: bool = False) 
         return no_control(value, what, CONTROL_IN_TEXT if multiline else CONTROL)
     except ValueError as exc:
         raise ValidationFailedError(str(exc)) from None
+
+
+# --- feedback that counts ------------------------------------------------------------------------
+
+FLAG_PRECISION = 0.8  # a rule whose feedback says it is right less often than this is flagged
+MIN_FEEDBACK = 3  # ... once this many verdicts judged it
+
+
+def feedback_summary(ctx: ServiceContext, *, principal: Principal) -> dict[str, Any]:
+    """What people's verdicts say: the site's labelled history as an evaluation set (accuracy of
+    the stored root causes against the labels, per month: it rises as rules are taught and the
+    history re-triaged), each rule's precision (flagged under ``FLAG_PRECISION``), and the
+    analyses marked wrong in the same way (same rule, same right class), which propose a rule."""
+    from sqlalchemy import select
+
+    from app.db.models import Analysis, Feedback
+
+    if not principal.allows("read"):
+        from app.errors import ForbiddenError
+
+        raise ForbiddenError(f"token {principal.name!r} lacks the `read` scope for feedback")
+    with ctx.db.read() as s:
+        rows = s.execute(
+            select(
+                Feedback.analysis_id,
+                Feedback.verdict,
+                Feedback.correct_class,
+                Feedback.created_at,
+                Feedback.id,
+                Analysis.root_class,
+                Analysis.root_rule_id,
+                Analysis.created_at,
+            )
+            .join(Analysis, Analysis.id == Feedback.analysis_id)
+            .order_by(Feedback.created_at, Feedback.id)
+        ).all()
+    latest: dict[str, Any] = {}
+    for r in rows:
+        latest[r[0]] = r  # the latest verdict on each analysis counts
+    months: dict[str, list[int]] = {}
+    rules: dict[str, list[int]] = {}
+    wrong_ways: dict[tuple[str, str], list[str]] = {}
+    labelled = right = 0
+    for aid, verdict, correct_class, _at, _fid, root_class, rule_id, created in latest.values():
+        label = (correct_class or None) if verdict == "wrong" else root_class
+        if rule_id:
+            rules.setdefault(rule_id, [0, 0])[0 if verdict == "correct" else 1] += 1
+        if verdict == "wrong":
+            wrong_ways.setdefault((rule_id or "none", correct_class or "?"), []).append(aid)
+        if not label:
+            continue  # "wrong" without the right class: no label
+        m = months.setdefault(created.strftime("%Y-%m"), [0, 0])
+        m[0] += 1
+        ok = (root_class or "unknown") == label
+        m[1] += int(ok)
+        labelled += 1
+        right += int(ok)
+    return {
+        "labelled": labelled,
+        "accuracy": round(right / labelled, 4) if labelled else None,
+        "months": [
+            {"month": k, "labelled": v[0], "right": v[1], "accuracy": round(v[1] / v[0], 4)}
+            for k, v in sorted(months.items())
+        ],
+        "rules": sorted(
+            (
+                {
+                    "rule_id": rid,
+                    "correct": c,
+                    "wrong": w,
+                    "precision": round(c / (c + w), 4),
+                    "flagged": c + w >= MIN_FEEDBACK and c / (c + w) < FLAG_PRECISION,
+                }
+                for rid, (c, w) in rules.items()
+            ),
+            key=lambda x: (not x["flagged"], x["precision"], x["rule_id"]),
+        ),
+        "proposals": [
+            {
+                "rule_id": None if rid == "none" else rid,
+                "correct_class": None if cls == "?" else cls,
+                "count": len(ids),
+                "analysis_ids": ids[-50:],
+                "why": f"{len(ids)} analyses "
+                + (f"named by {rid}" if rid != "none" else "with no named cause")
+                + " were marked wrong"
+                + (f" as {cls}" if cls != "?" else "")
+                + ": draft a rule from them",
+            }
+            for (rid, cls), ids in sorted(wrong_ways.items(), key=lambda kv: -len(kv[1]))
+            if len(ids) >= 2
+        ],
+        "flag_precision": FLAG_PRECISION,
+        "min_feedback": MIN_FEEDBACK,
+    }

@@ -93,6 +93,7 @@ def post_draft(body: DraftIn, ctx: CtxDep, principal: PrincipalDep) -> JSONRespo
         analysis_id=body.analysis_id,
         file=body.file,
         lines=body.lines,
+        analysis_ids=body.analysis_ids,
     )
     return JSONResponse(out, status_code=201)
 
@@ -126,3 +127,13 @@ def publish_draft(draft_id: str, body: PublishIn, ctx: CtxDep, principal: Princi
 )
 def get_site_rules(ctx: CtxDep, _principal: ReadDep) -> dict[str, Any]:
     return {"items": drafts.site_rules(ctx)}
+
+
+@router.get(
+    "/feedback/summary",
+    summary="What verdicts say: the labelled history's accuracy per month, each rule's precision "
+    "(flagged when low), and analyses marked wrong the same way (rules to draft)",
+    responses=problems(401, 403),
+)
+def get_feedback_summary(ctx: CtxDep, principal: ReadDep) -> dict[str, Any]:
+    return learn.feedback_summary(ctx, principal=principal)
