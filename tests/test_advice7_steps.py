@@ -1,0 +1,34 @@
+"""Advice of the seventh blind set's first round (tests/corpus/advice7): the wrong items fixed
+so far, each read from the rule's own fixture or the set's log."""
+
+from __future__ import annotations
+
+from tests.conftest import ROOT, Analyze
+
+RULES = ROOT / "rules"
+SET = ROOT / "tests" / "corpus" / "advice7"
+
+
+def test_nccl_hitting_cuda_802_is_the_fabric_manager_not_a_retry(analyze: Analyze) -> None:
+    path = RULES / "nccl" / "nccl-unhandled-cuda-error.match-802.log"
+    a = analyze(path.read_bytes(), name=path.name)
+    assert a.root_cause is not None and a.root_cause.rule_id == "nccl-unhandled-cuda-error"
+    text = a.root_cause.remediation
+    assert "Fabric Manager" in text and "`system not yet initialized`" in text
+    # the error string is in the log already: no NCCL_DEBUG patch to find it
+    assert not [p for p in a.root_cause.patches if p.path == ["NCCL_DEBUG"]]
+    assert a.action is not None and a.action.decision == "investigate"
+    assert "no cause of its own" not in " ".join(a.action.why)
+    # another CUDA failure under NCCL gets no Fabric Manager step
+    other = RULES / "nccl" / "nccl-unhandled-cuda-error.match.log"
+    b = analyze(other.read_bytes(), name=other.name)
+    assert b.root_cause is not None and "Fabric Manager" not in b.root_cause.remediation
+
+
+def test_an_nccl_connection_to_a_named_peer_is_not_called_causeless(analyze: Analyze) -> None:
+    path = SET / "q-sglang-5594-nccl-socket-connect-abort.log"
+    a = analyze(path.read_bytes(), name=path.name)
+    assert a.root_cause is not None and a.root_cause.rule_id == "nccl-remote-error"
+    why = " ".join(a.action.why if a.action else [])
+    assert "the peer the log names" in why and "no cause of its own" not in why
+    assert "route, interface or firewall" in why
