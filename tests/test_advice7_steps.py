@@ -32,3 +32,20 @@ def test_an_nccl_connection_to_a_named_peer_is_not_called_causeless(analyze: Ana
     why = " ".join(a.action.why if a.action else [])
     assert "the peer the log names" in why and "no cause of its own" not in why
     assert "route, interface or firewall" in why
+
+
+def test_an_early_collective_is_not_called_tiny(analyze: Analyze) -> None:
+    path = SET / "q-monai-685-allreduce-timeout-seq7.log"
+    a = analyze(path.read_bytes(), name=path.name)
+    assert a.root_cause is not None and a.root_cause.rule_id == "nccl-watchdog-collective-timeout"
+    text = a.root_cause.remediation
+    assert "SeqNum=7" in text and "tiny" not in text and "A longer timeout will not help" not in text
+    assert "one rank preparing a dataset or cache alone" in text
+
+
+def test_a_bus_error_in_ncclgroupend_gets_no_dataloader_stopgap(analyze: Analyze) -> None:
+    path = SET / "q-megatron-516-nccl-sigbus-shm.log"
+    a = analyze(path.read_bytes(), name=path.name)
+    assert a.root_cause is not None and a.root_cause.failure_class == "host.shm_exhausted"
+    text = a.root_cause.remediation
+    assert "num_workers" not in text and "NCCL_SHM_DISABLE=1" in text
