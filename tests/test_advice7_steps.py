@@ -49,3 +49,13 @@ def test_a_bus_error_in_ncclgroupend_gets_no_dataloader_stopgap(analyze: Analyze
     assert a.root_cause is not None and a.root_cause.failure_class == "host.shm_exhausted"
     text = a.root_cause.remediation
     assert "num_workers" not in text and "NCCL_SHM_DISABLE=1" in text
+
+
+def test_no_memory_for_any_cache_block_is_not_a_max_length_problem(analyze: Analyze) -> None:
+    path = SET / "p-verl-2245-vllm-v1-no-kv-cache-memory.log"
+    a = analyze(path.read_bytes(), name=path.name)
+    assert a.root_cause is not None and a.root_cause.rule_id == "vllm-kv-cache-insufficient"
+    text = a.root_cause.remediation
+    assert "a shorter `max_model_len` cannot help" in text and "Raise `gpu_memory_utilization`" in text
+    assert "Lower `max_model_len` to what the job needs" not in text
+    assert not [p for p in a.root_cause.patches if p.path == ["--max-model-len"]]
