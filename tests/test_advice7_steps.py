@@ -59,3 +59,11 @@ def test_no_memory_for_any_cache_block_is_not_a_max_length_problem(analyze: Anal
     assert "a shorter `max_model_len` cannot help" in text and "Raise `gpu_memory_utilization`" in text
     assert "Lower `max_model_len` to what the job needs" not in text
     assert not [p for p in a.root_cause.patches if p.path == ["--max-model-len"]]
+
+
+def test_verl_sft_gets_no_ppo_trainer_key(analyze: Analyze) -> None:
+    path = SET / "p-verl-1158-sft-alltoall-epoch-hang.log"
+    a = analyze(path.read_bytes(), name=path.name)
+    assert a.root_cause is not None and a.root_cause.rule_id == "nccl-watchdog-collective-timeout"
+    assert "actor_rollout_ref" not in a.root_cause.remediation
+    assert not [p for p in a.root_cause.patches if p.path[:1] == ["actor_rollout_ref"]]
