@@ -67,3 +67,12 @@ def test_verl_sft_gets_no_ppo_trainer_key(analyze: Analyze) -> None:
     assert a.root_cause is not None and a.root_cause.rule_id == "nccl-watchdog-collective-timeout"
     assert "actor_rollout_ref" not in a.root_cause.remediation
     assert not [p for p in a.root_cause.patches if p.path[:1] == ["actor_rollout_ref"]]
+
+
+def test_an_fsdp_finetune_killed_loading_shards_gets_fsdp_loading_not_device_map(analyze: Analyze) -> None:
+    path = SET / "q-fastchat-568-fsdp-load-sigkill.log"
+    a = analyze(path.read_bytes(), name=path.name)
+    assert a.root_cause is not None and a.root_cause.failure_class == "host.oom_killed"
+    text = a.root_cause.remediation
+    assert "for FSDP training (`full_shard` in the log)" in text and "fsdp_cpu_ram_efficient_loading" in text
+    assert 'device_map="auto"' not in text and "quantized checkpoint" not in text
