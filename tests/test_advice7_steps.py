@@ -76,3 +76,13 @@ def test_an_fsdp_finetune_killed_loading_shards_gets_fsdp_loading_not_device_map
     text = a.root_cause.remediation
     assert "for FSDP training (`full_shard` in the log)" in text and "fsdp_cpu_ram_efficient_loading" in text
     assert 'device_map="auto"' not in text and "quantized checkpoint" not in text
+
+
+def test_an_oom_other_processes_explain_blames_the_gpu_not_the_job(analyze: Analyze) -> None:
+    path = SET / "q-accelerate-1519-oom-foreign-process.log"
+    a = analyze(path.read_bytes(), name=path.name)
+    assert a.root_cause is not None and a.root_cause.failure_class == "cuda.out_of_memory"
+    assert "43.7 GiB held outside this process" in a.root_cause.remediation
+    assert "size this job for what is left" not in a.root_cause.remediation
+    why = " ".join(a.action.why if a.action else [])
+    assert "Other processes held enough of this GPU" in why and "set by the job's sizes" not in why
