@@ -167,3 +167,51 @@ def test_a_draft_from_picked_lines_and_hostile_lines_are_inert(teach: LiveServer
             )
         assert c.get("/api/v1/rules/drafts/01ARZ3NDEKTSV4RRFFQ69G5FAV").status_code == 404
         assert c.get(f"/api/v1/rules/drafts/{d['id']}").json()["id"] == d["id"]
+
+
+def test_a_publish_that_fails_midway_leaves_nothing_published(teach: LiveServer) -> None:
+    """The version row is written, then the database fails before the commit: no version, the
+    draft still unpublished, the pack unchanged; publishing again then works."""
+    from sqlalchemy import event
+
+    from app.db.models import SiteRule
+    from app.service import drafts
+    from app.service.access import ALL_SCOPES, Principal
+
+    ctx = teach.ctx
+    with teach.client() as c:
+        a = post(c, frob(11), job_id="crash-1")
+        line = a["signals"][0]["line"]
+        d = c.post("/api/v1/rules/drafts", json={"analysis_id": a["id"], "lines": [line]}).json()
+        before = c.get("/api/v1/rules/site").json()["items"]
+    who = Principal(None, "crash-test", ALL_SCOPES)
+
+    def fail(session: Any, _flush_context: Any) -> None:
+        if any(isinstance(o, SiteRule) for o in session.new) or any(
+            isinstance(o, SiteRule) for o in session.identity_map.values()
+        ):
+            raise RuntimeError("the database went away")
+
+    from sqlalchemy.orm import Session
+
+    event.listen(Session, "after_flush", fail)
+    try:
+        with pytest.raises(RuntimeError, match="went away"):
+            drafts.publish_draft(
+                ctx,
+                draft_id=d["id"],
+                principal=who,
+                overrides={"id": "site-crash-rule", "failure_class": "nccl.error"},
+            )
+    finally:
+        event.remove(Session, "after_flush", fail)
+    with teach.client() as c:
+        assert c.get("/api/v1/rules/site").json()["items"] == before
+        assert c.get(f"/api/v1/rules/drafts/{d['id']}").json()["published_version"] is None
+    out = drafts.publish_draft(
+        ctx,
+        draft_id=d["id"],
+        principal=who,
+        overrides={"id": "site-crash-rule", "failure_class": "nccl.error"},
+    )
+    assert out["version"] == 1
