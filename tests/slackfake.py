@@ -211,6 +211,10 @@ class FakeSlack:
             return {"ok": True, "message_ts": f"{1700000000 + next(self._ts)}.000200"}
         if method in ("reactions.add", "reactions.remove"):
             return {"ok": True}
+        if method == "views.open":
+            if "trigger_id" not in p or "view" not in p:
+                return {"ok": False, "error": "invalid_arguments"}
+            return {"ok": True, "view": {"id": f"V{next(self._ts)}"}}
         return {"ok": False, "error": "unknown_method"}
 
     def _file_info(self, f: SharedFile) -> dict[str, Any]:

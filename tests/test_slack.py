@@ -448,15 +448,56 @@ def test_feedback_button_is_stored_and_updates_the_message(bot: httpx.Client, fa
             }
         ],
     }
+    opened = len(fake.of("views.open"))
     r = post_form(bot, {"payload": json.dumps(payload)})
+    assert r.status_code == 200
+    # "Wrong" asks for the right class first: a modal, nothing recorded yet
+    fake.wait_for(lambda f: len(f.of("views.open")) > opened)
+    view = fake.of("views.open")[-1].params["view"]
+    view = json.loads(view) if isinstance(view, str) else view
+    assert (
+        view["callback_id"] == "feedback_wrong_modal"
+        and fake.of("views.open")[-1].params["trigger_id"] == "1.2.5"
+    )
+    options = [o["value"] for o in view["blocks"][1]["element"]["options"]]
+    assert "host.oom_killed" in options and "unknown" not in options
+    assert bot.get(f"{API}/{aid}").json()["feedback"] == []
+    submission = {
+        "type": "view_submission",
+        "team": {"id": "T0TESTTEAM"},
+        "user": {"id": "U0ERIN001"},
+        "trigger_id": "1.2.6",
+        "view": {
+            "id": "V1",
+            "type": "modal",
+            "callback_id": "feedback_wrong_modal",
+            "private_metadata": view["private_metadata"],
+            "state": {
+                "values": {
+                    "correct_class": {
+                        "value": {"type": "static_select", "selected_option": {"value": "host.oom_killed"}}
+                    },
+                    "comment": {
+                        "value": {"type": "plain_text_input", "value": "the node ran out of RAM first"}
+                    },
+                }
+            },
+        },
+    }
+    r = post_form(bot, {"payload": json.dumps(submission)})
     assert r.status_code == 200
     fake.wait_for(lambda f: len(posts(f, channel, method="chat.update")) >= 2)
     updates = posts(fake, channel, method="chat.update")
     assert message_ts in {u["ts"] for u in updates}
     text = json.dumps(blocks_of(updates[-1]))
-    assert "marked wrong by <@U0ERIN001>" in text and "feedback: 0 correct, 1 wrong" in text
+    assert (
+        "marked wrong by <@U0ERIN001> (it was host.oom_killed)" in text
+        and "feedback: 0 correct, 1 wrong" in text
+    )
     fb = bot.get(f"{API}/{aid}").json()["feedback"]
-    assert [f["verdict"] for f in fb] == ["wrong"]
+    assert [(f["verdict"], f["correct_class"], f["comment"]) for f in fb] == [
+        ("wrong", "host.oom_killed", "the node ran out of RAM first")
+    ]
 
 
 @pytest.mark.parametrize("status", [429, 503])

@@ -254,3 +254,61 @@ def diagnosis(
     else:
         fallback = f"No known failure matched — {report_url}"
     return {"text": clip(escape(fallback), MAX_TEXT), "blocks": blocks}
+
+
+WRONG_VIEW = "feedback_wrong_modal"  # callback id of the modal that asks for the right class
+
+
+def wrong_modal(
+    *, analysis_id: str, channel: str, ts: str, title: str | None, classes: list[str]
+) -> dict[str, Any]:
+    """The modal a "Wrong" click opens: the right class (a select over the catalogue) and a
+    comment; a labelled verdict is what the site's own evaluation and rule precision count."""
+    import json as _json
+
+    options = [{"text": {"type": "plain_text", "text": c[:75]}, "value": c} for c in classes[:100]]
+    return {
+        "type": "modal",
+        "callback_id": WRONG_VIEW,
+        "private_metadata": _json.dumps({"analysis_id": analysis_id, "channel": channel, "ts": ts}),
+        "title": {"type": "plain_text", "text": "Not the root cause"},
+        "submit": {"type": "plain_text", "text": "Send"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "blocks": [
+            {
+                "type": "section",
+                "text": {
+                    "type": "mrkdwn",
+                    "text": f"The report said: *{_esc(title or 'no named cause')}*. What was it?",
+                },
+            },
+            {
+                "type": "input",
+                "block_id": "correct_class",
+                "optional": True,
+                "label": {"type": "plain_text", "text": "The right class"},
+                "element": {
+                    "type": "static_select",
+                    "action_id": "value",
+                    "placeholder": {"type": "plain_text", "text": "Pick a class"},
+                    "options": options,
+                },
+            },
+            {
+                "type": "input",
+                "block_id": "comment",
+                "optional": True,
+                "label": {"type": "plain_text", "text": "What happened (optional)"},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": "value",
+                    "multiline": True,
+                    "max_length": 2000,
+                },
+            },
+        ],
+    }
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import html
+import json
 import logging
 import re
 import time
@@ -218,6 +219,7 @@ class SlackBot:
         app.action(blocks.FEEDBACK_ACTIONS[0])(self._on_feedback)
         app.action(blocks.FEEDBACK_ACTIONS[1])(self._on_feedback)
         app.action("open_report")(self._on_link)
+        app.view(blocks.WRONG_VIEW)(self._on_wrong_submitted)
 
     def _base(self, context: Any) -> str:
         # a request's base is "" when its Host is not trusted for links (app.http.hosts)
@@ -332,6 +334,14 @@ class SlackBot:
         user = (body.get("user") or {}).get("id")
         channel = str((body.get("channel") or {}).get("id", ""))
         ts = str((body.get("container") or {}).get("message_ts", ""))
+        if (
+            verdict == "wrong"
+            and body.get("trigger_id")
+            and await self._ask_right_class(
+                trigger_id=str(body["trigger_id"]), analysis_id=analysis_id, channel=channel, ts=ts
+            )
+        ):
+            return  # the modal's submission records the verdict, with the class
 
         async def work() -> None:
             await asyncio.to_thread(
@@ -350,6 +360,58 @@ class SlackBot:
                 base=self._base(context),
                 note=f"marked {verdict} by <@{user}>{hint}",
                 also=(channel, ts),
+            )
+
+        await self._guarded(channel, user, work)
+
+    async def _ask_right_class(self, *, trigger_id: str, analysis_id: str, channel: str, ts: str) -> bool:
+        """Open the modal that asks for the right class; False when it cannot be opened (the
+        verdict is then recorded without a class, as before)."""
+        try:
+            title = await asyncio.to_thread(self._root_title, analysis_id)
+            classes = sorted(c for c in self.ctx.library.classes if c != "unknown")
+            view = blocks.wrong_modal(
+                analysis_id=analysis_id, channel=channel, ts=ts, title=title, classes=classes
+            )
+            await self.client.views_open(trigger_id=trigger_id, view=view)
+            return True
+        except Exception as exc:  # a Slack refusal or an unknown analysis: fall back
+            log.info("Slack: no modal for the verdict (%s); recorded without a class", _api_error(exc))
+            return False
+
+    def _root_title(self, analysis_id: str) -> str | None:
+        from app.db import repo
+
+        with self.ctx.db.read() as s:
+            return repo.get_analysis(s, analysis_id=analysis_id).root_title
+
+    async def _on_wrong_submitted(
+        self, ack: Callable[..., Awaitable[None]], body: dict[str, Any], view: dict[str, Any], context: Any
+    ) -> None:
+        await ack()
+        meta = json.loads(view.get("private_metadata") or "{}")
+        values = (view.get("state") or {}).get("values") or {}
+        picked = ((values.get("correct_class") or {}).get("value") or {}).get("selected_option") or {}
+        comment = ((values.get("comment") or {}).get("value") or {}).get("value")
+        user = (body.get("user") or {}).get("id")
+        analysis_id = str(meta.get("analysis_id", ""))
+        channel, ts = str(meta.get("channel", "")), str(meta.get("ts", ""))
+        cls = picked.get("value")
+
+        async def work() -> None:
+            await asyncio.to_thread(
+                ops.record_feedback,
+                self.ctx,
+                analysis_id=analysis_id,
+                verdict="wrong",
+                correct_class=cls or None,
+                comment=comment or None,
+                principal=slack_principal(user),
+            )
+            self.stats["feedback"] += 1
+            note = f"marked wrong by <@{user}>" + (f" (it was {cls})" if cls else "")
+            await self.refresh(
+                analysis_id=analysis_id, base=self._base(context), note=note, also=(channel, ts)
             )
 
         await self._guarded(channel, user, work)
