@@ -75,7 +75,13 @@ async def render_report(
         )
     a = report.resource
     root = a.get("root_cause")
-    similar = await asyncio.to_thread(learn.similar_failures, ctx, analysis_id=a["id"], principal=principal)
+    # other analyses: an ingest token (a job's hook) reads only what it posted, so only a reader
+    # is shown them
+    similar = (
+        await asyncio.to_thread(learn.similar_failures, ctx, analysis_id=a["id"], principal=principal)
+        if principal.allows("read")
+        else []
+    )
     views = {id(f): report_view.finding_view(a, f, ctx.library) for f in a.get("findings") or []}
     return render(
         request,
