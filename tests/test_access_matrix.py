@@ -118,6 +118,15 @@ ROUTES: dict[tuple[str, str], Need] = {
     ("GET", "/trends"): Need("read", kind="page"),
     ("GET", "/hosts"): Need("read", kind="page"),
     ("POST", "/hosts/clear"): Need("admin", kind="page", ok=303, form=True),
+    # issue 23 in the browser: the inbox is a reader's, drafting needs read and ingest, publishing
+    # rules:write (or admin), the published page's re-triage an admin (as the API's)
+    ("GET", "/unknowns"): Need("read", kind="page"),
+    ("POST", "/unknowns/groups"): Need("read", kind="page", ok=303, form=True),
+    ("POST", "/rules/drafts"): Need("read+ingest", kind="page", ok=303, form=True),
+    ("GET", "/rules/drafts/{draft_id}"): Need("read+ingest", kind="page"),
+    ("POST", "/rules/drafts/{draft_id}/publish"): Need("rules:write", kind="page", ok=303, form=True),
+    ("GET", "/rules/drafts/{draft_id}/published"): Need("read+ingest", kind="page"),
+    ("POST", "/analyses/{analysis_id}/retriage"): Need("admin", kind="page", ok=303, form=True),
     # the Slack bot (when installed): Slack's signature is its only credential
     ("POST", "/slack/events"): Need("slack"),
 }
@@ -261,6 +270,25 @@ def _draft(srv: LiveServer, token: str | None, analysis_id: str) -> str:
     return str(r.json()["id"])
 
 
+_PUBLISHED: dict[str, str] = {}  # server url -> a draft published there
+
+
+def _published_draft(w: World, srv: LiveServer, kind: str, analysis_id: str) -> str:
+    if srv.url not in _PUBLISHED:
+        token = None if kind == "open" else w.tokens["admin"]
+        did = _draft(srv, token, analysis_id)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        with srv.client() as c:
+            r = c.post(
+                f"/api/v1/rules/drafts/{did}/publish",
+                json={"id": "site-matrix-published", "failure_class": "hardware.gpu_ecc_error"},
+                headers=headers,
+            )
+        assert r.status_code == 201, r.text
+        _PUBLISHED[srv.url] = did
+    return _PUBLISHED[srv.url]
+
+
 @pytest.fixture(scope="module")
 def world(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     # a fresh database for open mode (no token may ever exist there)
@@ -355,6 +383,11 @@ def request_for(w: World, method: str, path: str, kind: str) -> tuple[LiveServer
     )
     if path == "/static":
         url = f"/static/{_static_file()}"
+    if (method, path) == ("POST", "/rules/drafts/{draft_id}/publish"):
+        # a draft is published once: each request publishes a fresh one
+        url = path.replace("{draft_id}", _draft(srv, None if kind == "open" else w.tokens["admin"], analysis))
+    elif (method, path) == ("GET", "/rules/drafts/{draft_id}/published"):
+        url = path.replace("{draft_id}", _published_draft(w, srv, kind, analysis))
     headers: dict[str, str] = {}
     cookies: dict[str, str] = {}
     csrf = ""
@@ -410,6 +443,19 @@ def request_for(w: World, method: str, path: str, kind: str) -> tuple[LiveServer
         req["json"] = {"status": "open"}
     elif (method, path) == ("POST", "/hosts/clear"):
         req["data"] = {"host": "10.250.0.2", "csrf_token": csrf}
+    elif (method, path) == ("POST", "/unknowns/groups"):
+        req["data"] = {"group_id": "t:0123456789ab", "status": "open", "csrf_token": csrf}
+    elif (method, path) == ("POST", "/rules/drafts"):
+        req["data"] = {"analysis_id": analysis, "lines": "1", "csrf_token": csrf}
+    elif (method, path) == ("POST", "/rules/drafts/{draft_id}/publish"):
+        req["data"] = {
+            "rule_id": "site-matrix-ecc-web",
+            "failure_class": "hardware.gpu_ecc_error",
+            "title": "ECC, from the access matrix",
+            "csrf_token": csrf,
+        }
+    elif (method, path) == ("POST", "/analyses/{analysis_id}/retriage"):
+        req["data"] = {"csrf_token": csrf}
     elif (method, path) == ("POST", "/slack/events"):
         req["json"] = {"type": "url_verification", "challenge": "x"}
     return srv, req

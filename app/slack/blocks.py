@@ -113,11 +113,13 @@ def diagnosis(
     who_acts: Callable[[str], str],
     feedback: bool = True,
     note: str | None = None,
+    seen_before: tuple[int, str] | None = None,
 ) -> dict[str, Any]:
     """`{"text": fallback, "blocks": [...]}` for `chat.postMessage` / `chat.update`.
 
     `who_acts`: a kind's line from the class catalogue (`Library.kind(k).who`).
-    `note` is mrkdwn the bot wrote itself (who gave feedback, a re-triage), never log text."""
+    `note` is mrkdwn the bot wrote itself (who gave feedback, a re-triage), never log text.
+    `seen_before`: how many similar past failures, and the link to the first of them."""
     root = resource.get("root_cause")
     aid = str(resource.get("id", ""))
     blocks: list[dict[str, Any]] = []
@@ -200,6 +202,9 @@ def diagnosis(
     meta = resource.get("metadata") or {}
     if meta.get("job_id"):
         context.append(f"job {escape(str(meta['job_id']))}")
+    if seen_before and seen_before[0] > 0:
+        n, first = seen_before
+        context.append(f"Seen before: {n} similar failure{'s' if n != 1 else ''} (<{first}|the first>)")
     if context:
         blocks.append(
             {

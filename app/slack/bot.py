@@ -37,7 +37,7 @@ from app.errors import (
     SlackError,
     UnsupportedMediaError,
 )
-from app.service import chat, ops
+from app.service import chat, learn, ops
 from app.service.access import Principal
 from app.service.context import ServiceContext
 from app.service.jobs import InputFile, ScanJob
@@ -56,6 +56,7 @@ log = logging.getLogger("logtriage.slack")
 MAX_REQUEST_BYTES = 1 << 20  # Slack's payloads are a few KB; a bigger one is not from Slack
 EVENT_MEMORY = dt.timedelta(days=2)  # Slack retries a delivery for minutes; ids older are forgotten
 PRUNE_EVERY = 500  # claims between two prunes of old event ids
+SIMILAR_SHOWN = 20  # similar past failures counted for the reply
 MIN_TEXT = 40  # a pasted text shorter than this is a question, not a log
 SHORTCUT_ID = "triage_message"
 COMMAND = "/triage"
@@ -539,7 +540,10 @@ class SlackBot:
         fingerprint: str | None = None,
     ) -> str | None:
         """Post the diagnosis; remember the message so feedback and re-triage update it."""
-        message = blocks.diagnosis(res, report_url=f"{base}/analyses/{res['id']}", who_acts=self._who_acts)
+        seen = await asyncio.to_thread(self._seen_before, res["id"], base)
+        message = blocks.diagnosis(
+            res, report_url=f"{base}/analyses/{res['id']}", who_acts=self._who_acts, seen_before=seen
+        )
         try:
             sent = await self.client.chat_postMessage(
                 channel=channel, thread_ts=thread_ts, unfurl_links=False, unfurl_media=False, **message
@@ -556,6 +560,20 @@ class SlackBot:
         await asyncio.to_thread(self._remember, res["id"], where, ts, thread_ts, purpose, fingerprint)
         self.stats["posts"] += 1
         return ts
+
+    def _seen_before(self, analysis_id: str, base: str) -> tuple[int, str] | None:
+        """Similar past failures (issue 23): how many, and a link to the earliest of them."""
+        try:
+            found = learn.similar_failures(
+                self.ctx, analysis_id=analysis_id, principal=slack_principal(None), limit=SIMILAR_SHOWN
+            )
+        except LogtriageError as exc:  # an extra line: the diagnosis is posted without it
+            log.warning("Slack: similar failures of %s: %s", analysis_id, exc)
+            return None
+        if not found:
+            return None
+        first = min(found, key=lambda x: x.created_at)
+        return len(found), f"{base}/analyses/{first.analysis_id}"
 
     def _remember(
         self, analysis_id: str, channel: str, ts: str, thread_ts: str | None, purpose: str, fp: str | None
@@ -583,8 +601,13 @@ class SlackBot:
         res, where = await asyncio.to_thread(load)
         if also and also[0] and also[1] and also not in where:
             where.append(also)
+        seen = await asyncio.to_thread(self._seen_before, analysis_id, base)
         message = blocks.diagnosis(
-            res, report_url=f"{base}/analyses/{analysis_id}", who_acts=self._who_acts, note=note
+            res,
+            report_url=f"{base}/analyses/{analysis_id}",
+            who_acts=self._who_acts,
+            note=note,
+            seen_before=seen,
         )
         for channel, ts in where:
             try:

@@ -17,7 +17,7 @@ from app.http.context import AppContext
 from app.http.edge import Edge
 from app.render.html import inline, markdown_block
 from app.web.pages import STATIC_DIR
-from app.web.routes import auth, docs, history, hosts, report, rules, trends, upload, viewer
+from app.web.routes import auth, docs, history, hosts, learn, report, rules, trends, upload, viewer
 
 __all__ = ["PAGES", "TEMPLATES", "Page", "compile_templates", "edge", "make_templates", "nav_items"]
 
@@ -41,6 +41,8 @@ PAGES: tuple[Page, ...] = (
     Page("report", report.router),
     Page("viewer", viewer.router),
     Page("rules", rules.router, nav=(3, "/rules", "Rules")),
+    # after Rules in the nav (same position, its link sorts after /rules)
+    Page("learn", learn.router, nav=(3, "/unknowns", "Unknowns")),
     Page("trends", trends.router, nav=(2, "/trends", "Trends")),
     Page("hosts", hosts.router, nav=(4, "/hosts", "Hosts")),
     Page("auth", auth.router),

@@ -87,7 +87,8 @@ PAGES: dict[str, tuple[str, str, str, str | None]] = {
     "hosts": ("hosts", "/hosts", "Hosts to leave out", None),
 }
 # /docs is Swagger UI: it has a test of its own below (test_docs_run_swagger_ui_from_static_only), not the axe requirement
-OWN_TESTS = {"docs"}
+# learn (/unknowns, /rules/drafts/*): tests/web/test_browser_teach.py and test_browser_polish.py
+OWN_TESTS = {"docs", "learn"}
 
 
 def test_every_page_of_the_registry_is_tested_in_the_browser() -> None:

@@ -50,6 +50,18 @@ def seeded(site: LiveServer) -> dict[str, str]:
     )
     same += "[default0]:2026-11-23 20:11:43,900 ERROR [rank0] trainer: RuntimeError: CUDA error: an illegal memory access was encountered\n"
     one_time = submit(site.url, [("console.log", same)])
+    # issue 23: a cluster of unknown failures (markup in its lines) and a rule drafted from it
+    tail = "[rank0]: GizmoError: <b>gizmo</b> {n} jammed on /srv/very/long/path/to/slot-{n}/gizmo.sock at 0x{n:x}\n"
+    gizmos = [
+        submit(site.url, [("train.log", tail.format(n=n))], job_id=f"polish-gizmo-job-{n}") for n in (1, 2)
+    ]
+    import httpx
+
+    with httpx.Client(base_url=site.url, timeout=60) as c:
+        items = c.get("/api/v1/clusters").json()["items"]
+        (cluster,) = [x for x in items if gizmos[0]["id"] in x["analysis_ids"]]
+        draft = c.post("/api/v1/rules/drafts", json={"cluster_id": cluster["id"]})
+        assert draft.status_code == 201, draft.text
     return {
         "one_time": one_time["id"],
         "ecc": ecc["id"],
@@ -58,6 +70,7 @@ def seeded(site: LiveServer) -> dict[str, str]:
         "oom2": ooms[2]["id"],
         "hang": hang["id"],
         "desync": desync["id"],
+        "draft": draft.json()["id"],
     }
 
 
@@ -75,6 +88,8 @@ PAGES: dict[str, tuple[str, str, str | None]] = {
     "login": ("/login", "Sign in", None),
     "docs": ("/docs", "", None),
     "error-404": ("/analyses/01HZZZZZZZZZZZZZZZZZZZZZZZ", "Not found", r"status of 404"),
+    "unknowns": ("/unknowns", "GizmoError", None),
+    "draft": ("/rules/drafts/{draft}", "Back-test", None),
     # another page's own work: here only for sideways scrolling
     "viewer": ("/analyses/{ecc}/files/0?line=129#L129", "", None),
     "by-time": ("/analyses/{hang}/by-time", "The files by time", None),

@@ -14,7 +14,7 @@ from app.http.deps import CtxDep, PrincipalDep
 from app.http.openapi import problems
 from app.http.shared import base_url
 from app.render.action import DECISION_LABELS, headline
-from app.service import ops, present
+from app.service import learn, ops, present
 from app.service.access import Principal
 from app.web import report_view
 from app.web.pages import FormPrincipal, WebPrincipal, csrf_ok, render, require_page
@@ -75,6 +75,13 @@ async def render_report(
         )
     a = report.resource
     root = a.get("root_cause")
+    # other analyses: an ingest token (a job's hook) reads only what it posted, so only a reader
+    # is shown them
+    similar = (
+        await asyncio.to_thread(learn.similar_failures, ctx, analysis_id=a["id"], principal=principal)
+        if principal.allows("read")
+        else []
+    )
     views = {id(f): report_view.finding_view(a, f, ctx.library) for f in a.get("findings") or []}
     return render(
         request,
@@ -91,6 +98,7 @@ async def render_report(
         kind=report_view.kind_info(ctx.library, root["kind"] if root else "unknown"),
         rule_texts=report.rule_texts,
         others=report.fingerprint_history,
+        similar=similar,
         markdown=report_view.report_markdown(a),
         feedback_state=feedback,
         can_feedback=principal.allows("read"),

@@ -196,6 +196,7 @@ async def viewer_page(
         show_ts=ts != "0",
         folding=fold != "0",
         report=f"/analyses/{view.analysis_id}",
+        can_draft=principal.allows("read") and principal.allows("ingest"),
         download=f"{present.analysis_url(base_url(request, ctx), view.analysis_id)}/log?file={pos}",
     )
 

@@ -101,6 +101,20 @@
     window.addEventListener("hashchange", reveal);
     reveal();
 
+    // --- "make a rule from these lines": the field follows the selected lines --------------------
+    const ruleLines = document.getElementById("rule-lines");
+    const pickLines = () => {
+      const sel = selected();
+      if (ruleLines && sel) ruleLines.value = sel[0] === sel[1] ? String(sel[0]) : sel[0] + "-" + sel[1];
+    };
+    window.addEventListener("hashchange", pickLines);
+    // app.js selects lines with history.replaceState (no hashchange): read the hash after its
+    // click handler ran, which a listener on the document does (it hears the click last)
+    document.addEventListener("click", (ev) => {
+      if (ev.target instanceof Element && ev.target.closest("a.ln-link")) pickLines();
+    });
+    pickLines();
+
     // --- permalink: the selected lines (or the line the page is about), copied --------------------
     const permalinkButton = document.getElementById("viewer-permalink");
     const permalink = () => {
