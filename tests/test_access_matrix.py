@@ -555,6 +555,8 @@ def test_ingest_answers_name_no_other_token_nor_its_analyses(world: World) -> No
             c.get(API, headers=auth),
             c.post(f"{API}/{first_id}/retriage", headers=auth),
             c.post(f"{API}/{first_id}/feedback", headers=auth, json={"verdict": "wrong"}),
+            # the same failure's earlier analysis is another token's: not among its similar ones
+            c.get(f"{API}/{mine['id']}/similar", headers=auth),
         ]
         for r in answers:
             text = r.text

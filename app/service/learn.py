@@ -224,6 +224,12 @@ def similar_failures(
             return []
         keys = [x.key for x in mine]
         found = lrepo.sharing_keys(s, keys=keys, exclude=row.id, limit=max(limit * 4, 20))
+        if not principal.allows("read"):
+            # an ingest token reads only what it posted: the others' failures stay unseen
+            mine_ids = lrepo.posted_by(
+                s, analysis_ids=[a for a, _n, _p in found], token_id=principal.token_id
+            )
+            found = [x for x in found if x[0] in mine_ids]
         if not found:
             return []
         ids = [a for a, _n, _p in found]

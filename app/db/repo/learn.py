@@ -131,6 +131,16 @@ def sharing_keys(
     return [(a, int(n), int(p)) for a, n, p in session.execute(stmt)]
 
 
+def posted_by(session: Session, *, analysis_ids: Sequence[str], token_id: int | None) -> set[str]:
+    """Of these analyses, the ones this token posted (what an ingest token may read)."""
+    if not analysis_ids or token_id is None:
+        return set()
+    rows = session.scalars(
+        select(Analysis.id).where(Analysis.id.in_(list(analysis_ids)), Analysis.token_id == token_id)
+    )
+    return set(rows)
+
+
 def file_positions(session: Session, *, analysis_ids: Sequence[str]) -> dict[tuple[str, str], int]:
     """(analysis id, file name) -> the file's position (for links into the log viewer)."""
     if not analysis_ids:
@@ -219,6 +229,7 @@ __all__ = [
     "file_positions",
     "groups",
     "known_candidates",
+    "posted_by",
     "set_group",
     "sharing_keys",
     "signal_texts",
