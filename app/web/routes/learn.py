@@ -22,6 +22,7 @@ from app.errors import ForbiddenError, NotFoundError, ValidationFailedError
 from app.http.deps import CtxDep
 from app.http.shared import base_url
 from app.service import drafts, learn
+from app.service import notify as notify_
 from app.service.access import Principal
 from app.web.pages import FormPrincipal, WebPrincipal, csrf_ok, render, require_page
 
@@ -333,7 +334,12 @@ async def retriage_form(
     """The existing re-triage (admin), from the published page's list; back to where it was."""
     require_page(principal, "admin", "re-triaging an analysis")
     _csrf(request, ctx, csrf_token)
-    aid, _changes = await ctx.service.retriage(analysis_id)
+    aid, changes = await ctx.service.retriage(analysis_id)
+    if changes:
+        # what was posted about it (Slack) says what the analysis says now, as the API's re-triage does
+        notify_.announce_change(
+            ctx, analysis_id=aid, base=base_url(request, ctx), note="updated after a re-triage"
+        )
     # only a path of this site: never a redirect elsewhere
     if not re.fullmatch(r"/rules/drafts/[0-9A-Za-z]{26}/published", back):
         return RedirectResponse(f"/analyses/{aid}", status_code=303)
