@@ -23,6 +23,8 @@ SCOPES = {
     "files_info": "files:read",
     "reactions_add": "reactions:write",
     "reactions_remove": "reactions:write",
+    # a modal opened in answer to a click: the click's trigger_id is its authority, no scope
+    "views_open": None,
 }
 
 
@@ -39,7 +41,7 @@ def test_manifest_matches_the_listeners(path: Path) -> None:
     source = (ROOT / "app" / "slack" / "bot.py").read_text()
     called = set(re.findall(r"client\.(\w+)\(", source)) | set(re.findall(r'"(reactions_\w+)"', source))
     assert called and called <= set(SCOPES), f"a Web API method without a known scope: {called - set(SCOPES)}"
-    assert {SCOPES[c] for c in called} | {
+    assert {SCOPES[c] for c in called} - {None} | {
         "commands",
         "app_mentions:read",
         "channels:history",

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.engine.models import Action, Fact, Finding, FrameworkInfo, PossibleCause
+from app.engine.models import Action, Fact, Finding, FrameworkInfo, PossibleCause, SignalLine
 from app.service.metadata import JobMetadata, Source
 
 __all__ = [
@@ -124,6 +124,7 @@ class AnalysisResource(BaseModel):
     stats: dict[str, Any] | None = None
     facts: list[Fact] | None = None
     action: Action | None = None
+    signals: list[SignalLine] | None = None
 
 
 class AnalysisSummary(BaseModel):

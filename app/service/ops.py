@@ -380,3 +380,9 @@ def cached_stats(
 
     key = ("stats", since, until, top, ctx.settings.recurrence_days, ctx.settings.suspect_min_jobs)
     return aggregates.CACHE.get(s, key, compute)
+
+
+def root_title(ctx: ServiceContext, *, analysis_id: str) -> str | None:
+    """An analysis' root-cause title (None: no named cause), for a prompt about it."""
+    with ctx.db.read() as s:
+        return repo.get_analysis(s, analysis_id=analysis_id).root_title

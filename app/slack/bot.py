@@ -381,10 +381,7 @@ class SlackBot:
             return False
 
     def _root_title(self, analysis_id: str) -> str | None:
-        from app.db import repo
-
-        with self.ctx.db.read() as s:
-            return repo.get_analysis(s, analysis_id=analysis_id).root_title
+        return ops.root_title(self.ctx, analysis_id=analysis_id)
 
     async def _on_wrong_submitted(
         self, ack: Callable[..., Awaitable[None]], body: dict[str, Any], view: dict[str, Any], context: Any

@@ -160,6 +160,11 @@ def insert_odd_hosts(session: Session, results: Sequence[tuple[Analysis, dict[st
         session.execute(insert(table_of(OddRankHost)), rows)
 
 
+def _no_nul(text: str) -> str:
+    # PostgreSQL refuses NUL in text; a log line may hold one (shown as U+FFFD, as elsewhere)
+    return text.replace("\x00", "\ufffd")
+
+
 def insert_signals(session: Session, results: Sequence[tuple[Analysis, dict[str, Any]]]) -> None:
     """Each analysis' signal lines (app.engine.signals), in their order."""
     rows = [
@@ -167,10 +172,10 @@ def insert_signals(session: Session, results: Sequence[tuple[Analysis, dict[str,
             "analysis_id": row.id,
             "position": i,
             "key": str(sig.get("key") or "")[:16],
-            "template": str(sig.get("template") or ""),
-            "file": str(sig.get("file") or ""),
+            "template": _no_nul(str(sig.get("template") or "")),
+            "file": _no_nul(str(sig.get("file") or "")),
             "line": int(sig.get("line") or 0),
-            "text": str(sig.get("text") or ""),
+            "text": _no_nul(str(sig.get("text") or "")),
             "weight": int(sig.get("weight") or 0),
         }
         for row, a in results
