@@ -13,7 +13,7 @@ file under a temp dir; with `--pg`, a schema of its own (`lt_bench23_<hex>`) in 
 `ANALYZE`d after the fill (autovacuum would have done it), dropped at the end.
 
 Patterns (30): drafted with `app.engine.drafts.draft_from_lines` from the stored texts of 3
-analyses sharing a signal key: 12 of the commonest keys, 12 rare ones (among the keys the fewest analyses hold: one corpus log's, ~13 of 10,000), and 6
+analyses sharing a signal key: 12 of the commonest keys, 12 rare ones (among the tenth of the keys the fewest analyses hold), and 6
 with no literal the back-test can filter on (3 drafted patterns made case-insensitive with
 ``(?i)``, 3 hand-made all-capture shapes), so every line goes through the regex. Each pattern
 runs `app.service.drafts.run_backtest` `--rounds` times; every back-test's match set is checked
@@ -207,9 +207,9 @@ def patterns(url: str, *, seed_: int = 7) -> list[dict[str, Any]]:
         return got
 
     common = take(order, "common", 12)
-    # rare: among the keys held by the fewest analyses (a corpus log cycled: ~1 in 750)
-    fewest = min(len(v) for v in analyses.values())
-    rare_keys = [k for k in order if len(analyses[k]) <= max(3, fewest)]
+    # rare: among the tenth of the keys that the fewest analyses hold
+    asc = order[::-1]
+    rare_keys = asc[: max(48, len(asc) // 10)]
     rng.shuffle(rare_keys)
     rare = take(rare_keys, "rare", 12)
     out = common + rare
