@@ -13,7 +13,8 @@ file under a temp dir; with `--pg`, a schema of its own (`lt_bench23_<hex>`) in 
 `ANALYZE`d after the fill (autovacuum would have done it), dropped at the end.
 
 Patterns (30): drafted with `app.engine.drafts.draft_from_lines` from the stored texts of 3
-analyses sharing a signal key: 12 of the commonest keys, 12 rare ones (among the tenth of the keys the fewest analyses hold), and 6
+analyses sharing a signal key: 12 of the commonest keys, 12 rare ones (among the tenth of the keys
+the fewest analyses hold), and 6
 with no literal the back-test can filter on (3 drafted patterns made case-insensitive with
 ``(?i)``, 3 hand-made all-capture shapes), so every line goes through the regex. Each pattern
 runs `app.service.drafts.run_backtest` `--rounds` times; every back-test's match set is checked
@@ -186,7 +187,9 @@ def patterns(url: str, *, seed_: int = 7) -> list[dict[str, Any]]:
     by_key: dict[str, list[str]] = defaultdict(list)
     analyses: dict[str, set[str]] = defaultdict(set)
     with db.read() as s:
-        for key, aid, txt in s.execute(select(AnalysisSignal.key, AnalysisSignal.analysis_id, AnalysisSignal.text)):
+        for key, aid, txt in s.execute(
+            select(AnalysisSignal.key, AnalysisSignal.analysis_id, AnalysisSignal.text)
+        ):
             analyses[key].add(aid)
             if len(by_key[key]) < 3:
                 by_key[key].append(txt)
@@ -220,7 +223,9 @@ def patterns(url: str, *, seed_: int = 7) -> list[dict[str, Any]]:
         r"(?P<path1>/[\w./-]+\.py)\b",
         r"(?P<word1>\w+Error): (?P<word2>\w+)",
     ):
-        out.append({"kind": "no literal (all captures)", "key": None, "pattern": pat, "analyses_with_key": None})
+        out.append(
+            {"kind": "no literal (all captures)", "key": None, "pattern": pat, "analyses_with_key": None}
+        )
     return out
 
 
@@ -317,14 +322,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--analyses", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--full-signals", action="store_true", help="every analysis holds the cap of 8 signal lines")
+    ap.add_argument(
+        "--full-signals", action="store_true", help="every analysis holds the cap of 8 signal lines"
+    )
     ap.add_argument("--pg", help="PostgreSQL URL (a schema of its own is made there and dropped)")
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     t0 = time.perf_counter()
     samples = corpus_results()
     with_sig = sum(1 for a, _ in samples if a.get("signals"))
-    print(f"corpus: {len(samples)} logs triaged ({with_sig} with signal lines) in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"corpus: {len(samples)} logs triaged ({with_sig} with signal lines) "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
     items = synthetic(args.analyses, samples, full=args.full_signals)
     results = []
     with tempfile.TemporaryDirectory(prefix="lt-backtest-") as tmp:
@@ -356,7 +366,9 @@ def main() -> int:
         "full_signals": args.full_signals,
         "results": results,
     }
-    (OUT / ("backtest-full.json" if args.full_signals else "backtest.json")).write_text(json.dumps(report, indent=2, default=str))
+    (OUT / ("backtest-full.json" if args.full_signals else "backtest.json")).write_text(
+        json.dumps(report, indent=2, default=str)
+    )
     print(f"\n{report['date']}  {load}")
     for r in results:
         print(f"\n{r['db']}: {r['signal_rows']} signal rows; back-test ms (p50 / p99 / max)")
@@ -364,7 +376,10 @@ def main() -> int:
             print(f"  run_backtest [{k}] n={v['n']}: {v['p50_ms']} / {v['p99_ms']} / {v['max_ms']}")
         for k, v in r["baselines"].items():
             print(f"  baseline {k}: {v['p50_ms']} / {v['p99_ms']} / {v['max_ms']}")
-        print(f"  match sets differing from a plain regex over every line: {len(r['mismatches'])} {r['mismatches']}")
+        print(
+            f"  match sets differing from a plain regex over every line: {len(r['mismatches'])} "
+            f"{r['mismatches']}"
+        )
         worst = sorted(r["patterns"], key=lambda p: -max(p.get("seconds") or [0]))[:3]
         for p in worst:
             print(f"  slowest: {p['kind']} matched={p['matched']} s={p.get('seconds')} {p['pattern'][:90]}")

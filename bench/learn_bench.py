@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Issue 23's learning figures, measured with the real engine on the project's blind corpora.
 
-    python bench/learn_bench.py clusters [--no-cache]   # cluster purity, split failures, similar-link precision
+    python bench/learn_bench.py clusters [--no-cache]   # purity, split failures, similar links
     python bench/learn_bench.py curve [--rules DIR]     # the learning curve: top-1 against rules taught
     python bench/learn_bench.py mining [--size 1G]      # what find_signals adds to the scan of a big log
     python bench/learn_bench.py all
@@ -38,7 +38,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +141,10 @@ def site_cases(variants: int = 4, seed: int = 23) -> list[Case]:
     """Each invented failure `variants` times: other numbers, ids, paths, hosts, prefixes."""
     rng = random.Random(seed)
     prefixes = [
-        lambda: f"(WorkerDict pid={rng.randrange(1000, 99999)}, ip=10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(256)}) ",
+        lambda: (
+            f"(WorkerDict pid={rng.randrange(1000, 99999)}, "
+            f"ip=10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(256)}) "
+        ),
         lambda: f"[rank{rng.randrange(64)}]: ",
         lambda: "",
         lambda: f"(TaskRunner pid={rng.randrange(1000, 99999)}) ",
@@ -159,20 +162,30 @@ def site_cases(variants: int = 4, seed: int = 23) -> list[Case]:
                 "n3": rng.randrange(2, 99),
                 "n4": rng.randrange(100, 200),
                 "hexid": f"0x{rng.randrange(16**8):08x}",
-                "path": f"/mnt/{rng.choice(['lustre', 'weka', 'gcs'])}/run-{rng.randrange(9999)}/part-{rng.randrange(999):05d}.parquet",
-                "host": f"{rng.choice(['gpu', 'node', 'trn'])}-{rng.randrange(999):03d}.{rng.choice(['us-east', 'eu-west'])}.corp",
+                "path": f"/mnt/{rng.choice(['lustre', 'weka', 'gcs'])}/run-{rng.randrange(9999)}"
+                f"/part-{rng.randrange(999):05d}.parquet",
+                "host": f"{rng.choice(['gpu', 'node', 'trn'])}-{rng.randrange(999):03d}"
+                f".{rng.choice(['us-east', 'eu-west'])}.corp",
                 "port": rng.randrange(1024, 65000),
                 "jobid": f"j-{rng.randrange(10**6)}",
-                "uuid": "%08x-%04x-%04x-%04x-%012x"
-                % (rng.randrange(16**8), rng.randrange(16**4), rng.randrange(16**4), rng.randrange(16**4), rng.randrange(16**12)),
+                "uuid": "%08x-%04x-%04x-%04x-%012x"  # noqa: UP031
+                % (
+                    rng.randrange(16**8),
+                    rng.randrange(16**4),
+                    rng.randrange(16**4),
+                    rng.randrange(16**4),
+                    rng.randrange(16**12),
+                ),
                 "word": rng.choice(words),
-                "ts": f"2026-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d} {rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}",
+                "ts": f"2026-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d} "
+                f"{rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}",
             }
             tail = fmt.format(**fill)
             steps = rng.randrange(10, 40)
             job = f"{fid.split('.')[1]}-{v}"
             body = "".join(
-                f"[{job}] step {i} loss {1.0 / (i + 1):.4f} lr 1e-5 throughput {rng.randrange(900, 1500)} tokens/s\n"
+                f"[{job}] step {i} loss {1.0 / (i + 1):.4f} lr 1e-5 "
+                f"throughput {rng.randrange(900, 1500)} tokens/s\n"
                 for i in range(steps)
             )
             out.append(Case(name=f"site/{fid}#{v}", expected=fid, label=fid, paths=[], text=body + tail))
@@ -208,7 +221,9 @@ def triage_case(compiled: Any, case: Case) -> dict[str, Any]:
             Path(tmp).unlink()
     else:
         sources, _ = collect_sources(case.paths)
-        a = triage(sources=sources, compiled=compiled, options=TriageOptions(jobs=1, exit_code=case.exit_code))
+        a = triage(
+            sources=sources, compiled=compiled, options=TriageOptions(jobs=1, exit_code=case.exit_code)
+        )
     del Source
     data = a.model_dump(mode="json")
     root = data.get("root_cause")
@@ -240,7 +255,10 @@ def triaged(cases: Sequence[Case], *, cache: bool = True, keep_full: bool = Fals
     if not keep_full:
         OUT.mkdir(exist_ok=True)
         path.write_text(json.dumps(have))
-    print(f"  triaged {len(cases)} logs in {time.perf_counter() - t0:.1f} s ({compiled.library.version})", file=sys.stderr)
+    print(
+        f"  triaged {len(cases)} logs in {time.perf_counter() - t0:.1f} s ({compiled.library.version})",
+        file=sys.stderr,
+    )
     return out
 
 
@@ -318,7 +336,9 @@ def clusters(*, cache: bool = True) -> dict[str, Any]:
             s = r["signals"]
             members.append(Member(c.name, s[0]["key"], s[0]["template"]) if s else Member(c.name, None, None))
         direct = [(g.id, g.members) for g in group_failures(members)]
-        out["service_equals_direct"] = sorted(sorted(m) for _g, m in groups) == sorted(sorted(m) for _g, m in direct)
+        out["service_equals_direct"] = sorted(sorted(m) for _g, m in groups) == sorted(
+            sorted(m) for _g, m in direct
+        )
         signal_groups = [(g, m) for g, m in groups if g != NO_SIGNAL]
         out["unknowns"] = len(unknown_names)
         out["no_signal_unknowns"] = sum(len(m) for g, m in groups if g == NO_SIGNAL)
@@ -339,7 +359,12 @@ def clusters(*, cache: bool = True) -> dict[str, Any]:
             if any(x in site_names for x in m) and any(x not in site_names for x in m)
         ]
         out["clusters_listed"] = [
-            {"id": c.id, "count": c.count, "template": c.template[:160], "labels": dict(Counter(label[name_of[a]] for a in c.analysis_ids))}
+            {
+                "id": c.id,
+                "count": c.count,
+                "template": c.template[:160],
+                "labels": dict(Counter(label[name_of[a]] for a in c.analysis_ids)),
+            }
             for c in found
         ]
         # similar links: the real similar_failures (earlier analyses only), top 3
@@ -360,7 +385,11 @@ def clusters(*, cache: bool = True) -> dict[str, Any]:
                 links[k][2] += good
             for s in sims:
                 ok = label[name_of[s.analysis_id]] == c.label
-                kind = "same first line" if s.same_first else f"{min(s.shared, 2)}{'+' if s.shared >= 2 else ''} shared line(s), first differs"
+                kind = (
+                    "same first line"
+                    if s.same_first
+                    else f"{min(s.shared, 2)}{'+' if s.shared >= 2 else ''} shared line(s), first differs"
+                )
                 by_link[kind][0] += 1
                 by_link[kind][1] += ok
                 if not ok:
@@ -385,7 +414,8 @@ def clusters(*, cache: bool = True) -> dict[str, Any]:
             for k, v in links.items()
         }
         out["similar_by_link"] = {
-            k: {"links": n, "right": g, "precision": round(g / n, 4) if n else None} for k, (n, g) in sorted(by_link.items())
+            k: {"links": n, "right": g, "precision": round(g / n, 4) if n else None}
+            for k, (n, g) in sorted(by_link.items())
         }
         out["wrong_links"] = wrong_links
         ctx.db.dispose()
@@ -400,7 +430,9 @@ def _interleave(corpus: list[Case], site: list[Case]) -> list[Case]:
     by_fail: dict[str, list[Case]] = defaultdict(list)
     for c in site:
         by_fail[c.expected].append(c)
-    ordered = [vs[v] for v in range(max(len(x) for x in by_fail.values())) for vs in by_fail.values() if v < len(vs)]
+    ordered = [
+        vs[v] for v in range(max(len(x) for x in by_fail.values())) for vs in by_fail.values() if v < len(vs)
+    ]
     for i, c in enumerate(ordered):
         out.insert(min(len(out), (i + 1) * step + i), c)
     return out
@@ -417,21 +449,26 @@ def _baseline_lines() -> list[str]:
     return out
 
 
-def curve(*, rules: Path | None = None, with_site: bool = True, min_members: int = 2) -> dict[str, Any]:
+def curve(
+    *, rules: Path | None = None, with_site: bool = True, min_members: int = 2, mark_wrong: bool = False
+) -> dict[str, Any]:
     """Replay the blind sets (and the invented failures spread through them) in order, as a
-    site would: each log is triaged with the bundled library + the site pack of the moment;
-    its top-1 is right when it names the expected class (`unknown` for a negative). The
-    unknowns so far are grouped (`group_failures`, as the inbox does); when a group reaches
-    `min_members`, a rule is drafted from the members' first signal lines (`draft_from_lines`)
-    and linted as `create_draft` lints it (instances + the healthy baseline). Its class is what
-    a person who read the logs would choose: the majority expected class of the group's
-    members (the corpus label; a new `site.*` class for an invented failure). A group whose
-    majority is `unknown` (negatives: users' own bugs) gets no rule: a person would not name a
-    failure class for them. The rule goes into the pack when its lint and the pack's
-    validation pass; the group's members are re-triaged with it (publishing offers that) and
-    those it names leave the inbox. First contact = the same replay with no pack. With an
-    older library (`--rules`), a class the library lacks gets a site class standing for it
-    (`site.<class with _>`), scored as that class."""
+        site would: each log is triaged with the bundled library + the site pack of the moment;
+        its top-1 is right when it names the expected class (`unknown` for a negative). The
+        unknowns so far are grouped (`group_failures`, as the inbox does); when a group reaches
+        `min_members`, a rule is drafted from the members' first signal lines (`draft_from_lines`)
+        and linted as `create_draft` lints it (instances + the healthy baseline). Its class is what
+        a person who read the logs would choose: the majority expected class of the group's
+        members (the corpus label; a new `site.*` class for an invented failure); without a strict
+    majority (two different failures in a group of two) no rule is taught. A group whose
+        majority is `unknown` (negatives: users' own bugs) gets no rule: a person would not name a
+        failure class for them. The rule goes into the pack when its lint and the pack's
+        validation pass; the group's members are re-triaged with it (publishing offers that) and
+        those it names leave the inbox. First contact = the same replay with no pack. With an
+        older library (`--rules`), a class the library lacks gets a site class standing for it
+        (`site.<class with _>`), scored as that class. `mark_wrong`: a log named with the wrong
+        class joins the inbox too, as if a person marked it wrong (`list_clusters` includes those);
+        it leaves when a re-triage names it right."""
     from app.engine.clusters import NO_SIGNAL, Member, group_failures
     from app.engine.drafts import draft_from_lines, lint
     from app.engine.pipeline.library import SitePack, load_library
@@ -452,6 +489,7 @@ def curve(*, rules: Path | None = None, with_site: bool = True, min_members: int
     declined: list[dict[str, Any]] = []
     inbox: dict[str, dict[str, Any]] = {}  # name -> its signals, while unknown
     done_groups: set[str] = set()  # groups looked at and declined (negatives, lint problems)
+    wrong_names: set[str] = set()  # named, with the wrong class
     alias: dict[str, str] = {}  # site class made for a class the library lacks -> that class
     rows: list[dict[str, Any]] = []
     right = right_first = 0
@@ -461,13 +499,17 @@ def curve(*, rules: Path | None = None, with_site: bool = True, min_members: int
         got = triage_case(compiled, c)
         got["predicted"] = alias.get(got["predicted"], got["predicted"])
         ok = got["predicted"] == c.expected
+        if not ok and got["predicted"] != "unknown":
+            wrong_names.add(c.name)
         right += ok
         right_first += first[i] == c.expected
-        if got["predicted"] == "unknown":
+        if got["predicted"] == "unknown" or (mark_wrong and not ok):
             inbox[c.name] = got
         # the inbox, newest first, as list_clusters groups it
         members = [
-            Member(n, r["signals"][0]["key"], r["signals"][0]["template"]) if r["signals"] else Member(n, None, None)
+            Member(n, r["signals"][0]["key"], r["signals"][0]["template"])
+            if r["signals"]
+            else Member(n, None, None)
             for n, r in reversed(list(inbox.items()))
         ]
         for g in group_failures(members):
@@ -479,13 +521,27 @@ def curve(*, rules: Path | None = None, with_site: bool = True, min_members: int
             labels = Counter(by_name[n].expected for n in g.members)
             cls, n_cls = labels.most_common(1)[0]
             texts = [inbox[n]["signals"][0]["text"] for n in g.members]
-            note = {"at": i + 1, "group": g.id, "members": list(g.members), "labels": dict(labels), "template": g.template[:160]}
+            note = {
+                "at": i + 1,
+                "group": g.id,
+                "members": list(g.members),
+                "labels": dict(labels),
+                "template": g.template[:160],
+            }
             if cls == "unknown":
                 done_groups.add(f"{sig}")
-                declined.append({**note, "why": "the members are negatives (users' own bugs): no class to name"})
+                declined.append(
+                    {**note, "why": "the members are negatives (users' own bugs): no class to name"}
+                )
+                continue
+            if n_cls * 2 <= len(g.members):
+                done_groups.add(f"{sig}")
+                declined.append({**note, "why": "no majority class: the members are different failures"})
                 continue
             d = draft_from_lines(texts)
-            problems = d.problems or lint(d.pattern, instances=[message_of(t) for t in texts], baseline=baseline)
+            problems = d.problems or lint(
+                d.pattern, instances=[message_of(t) for t in texts], baseline=baseline
+            )
             if not d.pattern or problems:
                 done_groups.add(f"{sig}")
                 declined.append({**note, "why": "lint: " + "; ".join(problems)[:300], "pattern": d.pattern})
@@ -514,7 +570,10 @@ def curve(*, rules: Path | None = None, with_site: bool = True, min_members: int
             named = 0
             for n in g.members:
                 again = triage_case(compiled, by_name[n])
-                if again["predicted"] != "unknown":
+                now = alias.get(again["predicted"], again["predicted"])
+                if now != "unknown" and (
+                    not mark_wrong or now == by_name[n].expected or n not in wrong_names
+                ):
                     inbox.pop(n, None)
                     named += 1
             taught.append(
@@ -552,11 +611,31 @@ def curve(*, rules: Path | None = None, with_site: bool = True, min_members: int
                 "set": s,
                 "logs": len(idx),
                 "first_contact": round(sum(first[i] == cases[i].expected for i in idx) / len(idx), 4),
-                "replay_with_teaching": round(sum(rows[i]["predicted"] == cases[i].expected for i in idx) / len(idx), 4),
+                "replay_with_teaching": round(
+                    sum(rows[i]["predicted"] == cases[i].expected for i in idx) / len(idx), 4
+                ),
                 "final_pack": round(sum(final[i] == cases[i].expected for i in idx) / len(idx), 4),
                 "rules_taught_by_end": rows[idx[-1]]["rules_taught"],
             }
         )
+    # why the misses of the replay stayed misses
+    why: Counter[str] = Counter()
+    for i, c in enumerate(cases):
+        row = rows[i]
+        if row["predicted"] == c.expected:
+            continue
+        if row["predicted"] != "unknown":
+            why["named with another class"] += 1
+        elif c.name not in inbox:
+            why["unknown then, named by a later rule"] += 1
+        elif not inbox[c.name]["signals"]:
+            why["unknown, no signal line (the t:none bucket: never drafted from)"] += 1
+        else:
+            key = inbox[c.name]["signals"][0]["key"]
+            peers = sum(1 for r in inbox.values() if r["signals"] and r["signals"][0]["key"] == key)
+            why[
+                "unknown, alone in its group" if peers == 1 else "unknown, in a group declined or not taught"
+            ] += 1
     wrong_by_pack = [
         {"name": c.name, "expected": c.expected, "first": first[i], "final": final[i]}
         for i, c in enumerate(cases)
@@ -575,6 +654,7 @@ def curve(*, rules: Path | None = None, with_site: bool = True, min_members: int
         "taught": taught,
         "declined": declined,
         "broken_by_pack": wrong_by_pack,
+        "misses_why": dict(why.most_common()),
         "by_set": sets,
         "rows": rows,
     }
@@ -597,7 +677,11 @@ def mining(*, size: str = "1G", runs: int = 3, jobs: int = 1) -> dict[str, Any]:
     OUT.mkdir(exist_ok=True)
     log = OUT / f"learn-mining-{size}.log"
     if not log.is_file():
-        subprocess.run([sys.executable, str(BENCH / "gen_log.py"), str(log), "--size", size], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, str(BENCH / "gen_log.py"), str(log), "--size", size],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     nbytes = log.stat().st_size
     with log.open("rb") as fh:  # into the page cache
         while fh.read(1 << 24):
@@ -651,6 +735,9 @@ def main() -> int:
     ap.add_argument("--no-cache", action="store_true", help="triage the corpus again")
     ap.add_argument("--rules", type=Path, help="curve: replay with this rule library (e.g. an older rules/)")
     ap.add_argument("--no-site", action="store_true", help="curve: the corpus alone, no invented failures")
+    ap.add_argument(
+        "--mark-wrong", action="store_true", help="curve: wrongly named logs join the inbox (marked wrong)"
+    )
     ap.add_argument("--size", default="1G", help="mining: the generated log's size")
     ap.add_argument("--runs", type=int, default=3, help="mining: rounds")
     ap.add_argument("--jobs", type=int, default=1, help="mining: scan processes")
@@ -662,40 +749,87 @@ def main() -> int:
     if args.what in ("clusters", "all"):
         r = {**stamp, **clusters(cache=not args.no_cache)}
         (OUT / "learn-clusters.json").write_text(json.dumps(r, indent=2))
-        print(f"clusters ({r['logs']} logs, {r['invented']} invented; {r['unknowns']} unknown, {r['no_signal_unknowns']} without a signal line)")
+        print(
+            f"clusters ({r['logs']} logs, {r['invented']} invented; {r['unknowns']} unknown, "
+            f"{r['no_signal_unknowns']} without a signal line)"
+        )
         print(f"  list_clusters == group_failures: {r['service_equals_direct']}")
         for k in ("inbox", "inbox_without_no_signal_group", "invented_purity"):
             v = r[k]
-            print(f"  {k}: purity {v['purity']} over {v['members']} in {v['clusters']} clusters; split {len(v['split_labels'])}/{v['labels_with_2_plus']} labels {v['split_labels']}")
+            print(
+                f"  {k}: purity {v['purity']} over {v['members']} in {v['clusters']} clusters; "
+                f"split {len(v['split_labels'])}/{v['labels_with_2_plus']} labels {v['split_labels']}"
+            )
             for imp in v["impure_clusters"][:8]:
                 labs = dict(list(imp["labels"].items())[:6])
-                print(f"      impure {imp['id']} ({imp['size']}): {labs}{' ...' if len(imp['labels']) > 6 else ''}")
+                print(
+                    f"      impure {imp['id']} ({imp['size']}): {labs}"
+                    + (" ..." if len(imp["labels"]) > 6 else "")
+                )
         print(f"  invented failures with no signal line (in t:none): {r['invented_without_signal']}")
         mixed = [(m["id"], sum(m["labels"].values())) for m in r["invented_clusters_mixed_with_corpus"]]
         print(f"  invented failures in clusters with corpus logs (id, size): {mixed}")
         for k, v in r["similar_by_link"].items():
             print(f"  similar top-3 links with {k}: {v['right']}/{v['links']} = {v['precision']}")
         for k, v in r["similar_top3"].items():
-            print(f"  similar top-3 [{k}]: {v['right']}/{v['links']} = {v['precision']} ({v['analyses_with_links']} analyses with links)")
+            print(
+                f"  similar top-3 [{k}]: {v['right']}/{v['links']} = {v['precision']} "
+                f"({v['analyses_with_links']} analyses with links)"
+            )
     if args.what in ("curve", "all"):
-        r = {**stamp, **curve(rules=args.rules, with_site=not args.no_site)}
-        name = "learn-curve" + ("-nosite" if args.no_site else "") + ("-rules" if args.rules else "") + ".json"
+        r = {**stamp, **curve(rules=args.rules, with_site=not args.no_site, mark_wrong=args.mark_wrong)}
+        r["mark_wrong"] = args.mark_wrong
+        name = (
+            "learn-curve"
+            + ("-nosite" if args.no_site else "")
+            + ("-rules" if args.rules else "")
+            + ("-wrong" if args.mark_wrong else "")
+            + ".json"
+        )
         (OUT / name).write_text(json.dumps(r, indent=2))
-        print(f"curve ({r['logs']} logs, {r['invented']} invented, library {r['library']} {r['rules_dir']}, {r['seconds']} s)")
-        print(f"  top-1: first contact {r['first_contact_top1']}, replay with teaching {r['replay_top1']}, all again with the final pack {r['final_pack_top1']}; rules taught {r['rules_taught']}, declined {len(r['declined'])}")
+        print(
+            f"curve ({r['logs']} logs, {r['invented']} invented, library {r['library']} "
+            f"{r['rules_dir']}, {r['seconds']} s)"
+        )
+        print(
+            f"  top-1: first contact {r['first_contact_top1']}, replay with teaching {r['replay_top1']}, "
+            f"all again with the final pack {r['final_pack_top1']}; rules taught {r['rules_taught']}, "
+            f"declined {len(r['declined'])}"
+        )
         for s in r["by_set"]:
-            print(f"  {s['set']:10} {s['logs']:4} logs  first {s['first_contact']:.3f}  replay {s['replay_with_teaching']:.3f}  final pack {s['final_pack']:.3f}  rules by end {s['rules_taught_by_end']}")
+            print(
+                f"  {s['set']:10} {s['logs']:4} logs  first {s['first_contact']:.3f}  "
+                f"replay {s['replay_with_teaching']:.3f}  final pack {s['final_pack']:.3f}  "
+                f"rules by end {s['rules_taught_by_end']}"
+            )
+        print("  log  rules  running top-1 (teaching)  running top-1 (first contact)")
+        for row in r["rows"]:
+            if row["log"] % 60 == 0 or row["log"] == r["logs"]:
+                print(
+                    f"  {row['log']:4}  {row['rules_taught']:5}  {row['running_top1']:.4f}  "
+                    f"{row['running_top1_first_contact']:.4f}"
+                )
         for t in r["taught"]:
-            print(f"  taught at log {t['at']}: {t['rule_id']} -> {t['class']} ({t['labels']}) named {t['retriaged_named']}/{len(t['members'])}")
+            print(
+                f"  taught at log {t['at']}: {t['rule_id']} -> {t['class']} ({t['labels']}) "
+                f"named {t['retriaged_named']}/{len(t['members'])}"
+            )
         for d in r["declined"]:
             print(f"  declined at log {d['at']}: {d['labels']} {d['why'][:120]}")
         print(f"  right at first contact, wrong with the final pack: {r['broken_by_pack']}")
+        print(f"  the replay's misses: {r['misses_why']}")
     if args.what in ("mining", "all"):
         r = {**stamp, **mining(size=args.size, runs=args.runs, jobs=args.jobs)}
         (OUT / "learn-mining.json").write_text(json.dumps(r, indent=2))
-        print(f"mining ({r['bytes']} bytes, jobs {r['jobs']}, {r['tail_lines']} tail lines, {r['signals']} signals)")
+        print(
+            f"mining ({r['bytes']} bytes, jobs {r['jobs']}, {r['tail_lines']} tail lines, "
+            f"{r['signals']} signals)"
+        )
         print(f"  scan s {r['scan_s']}  find_signals ms {r['find_signals_ms']}  triage s {r['triage_s']}")
-        print(f"  find_signals / scan: median {r['share_of_scan_median']:.4%}, worst {r['share_of_scan_worst']:.4%}; target < 5%")
+        print(
+            f"  find_signals / scan: median {r['share_of_scan_median']:.4%}, "
+            f"worst {r['share_of_scan_worst']:.4%}; target < 5%"
+        )
     print(stamp["uptime"])
     return 0
 

@@ -42,8 +42,11 @@ def test_invented_failures_are_unknown_and_cluster_apart() -> None:
     assert learn_bench._purity([(g.id, g.members) for g in groups], label)["purity"] == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="signals.ERRORS wants *Error/*Exception: a traceback ending in "
-    "`RewardServerTimeout: ...` (or httpx.ReadTimeout, socket.timeout) leaves no signal line")
+@pytest.mark.xfail(
+    strict=True,
+    reason="signals.ERRORS wants *Error/*Exception: a traceback ending in "
+    "`RewardServerTimeout: ...` (or httpx.ReadTimeout, socket.timeout) leaves no signal line",
+)
 def test_a_traceback_ending_in_a_timeout_class_leaves_a_signal() -> None:
     from app.engine.signals import find_signals
 
@@ -89,7 +92,11 @@ def test_backtest_on_a_small_store_matches_a_plain_regex(tmp_path: Path) -> None
     try:
         pattern = r"FrobError: +lease +(?P<num1>\d+) +lost"
         bt = run_backtest(SimpleNamespace(db=db), pattern=pattern, failure_class="site.x")  # type: ignore[arg-type]
-        want = {a for a, (x, *_r) in zip(ids, items, strict=True) if regex.search(pattern, x["signals"][0]["text"])}
+        want = {
+            a
+            for a, (x, *_r) in zip(ids, items, strict=True)
+            if regex.search(pattern, x["signals"][0]["text"])
+        }
         assert set(bt.analysis_ids) == want and len(want) == 20 and bt.complete
     finally:
         db.dispose()
