@@ -235,9 +235,11 @@ def triage_case(compiled: Any, case: Case) -> dict[str, Any]:
     }
 
 
-def triaged(cases: Sequence[Case], *, cache: bool = True, keep_full: bool = False) -> list[dict[str, Any]]:
-    """Each case's triage (current bundled library), cached by library version."""
-    compiled = compiled_library()
+def triaged(
+    cases: Sequence[Case], *, cache: bool = True, keep_full: bool = False, rules: Path | None = None
+) -> list[dict[str, Any]]:
+    """Each case's triage (the bundled library, or `rules`), cached by library version."""
+    compiled = compiled_library(rules)
     path = OUT / f"learn-corpus-{compiled.library.version}.json"
     have: dict[str, dict[str, Any]] = {}
     if cache and path.is_file() and not keep_full:
@@ -291,7 +293,7 @@ def _purity(groups: list[tuple[str, list[str]]], label: dict[str, str]) -> dict[
     }
 
 
-def clusters(*, cache: bool = True) -> dict[str, Any]:
+def clusters(*, cache: bool = True, rules: Path | None = None) -> dict[str, Any]:
     """Purity of the unknowns inbox and precision of similar-failure links, through the real
     service functions on a SQLite store of the blind sets + the invented failures (stored in
     replay order, one second apart), cross-checked with `group_failures` called directly."""
@@ -308,14 +310,14 @@ def clusters(*, cache: bool = True) -> dict[str, Any]:
 
     site = site_cases()
     cases = _interleave(blind_cases(), site)
-    res = triaged(cases, cache=cache, keep_full=True)
+    res = triaged(cases, cache=cache, keep_full=True, rules=rules)
     label = {c.name: c.label for c in cases}
     t0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
     items = [
         (r["full"], [], t0 + dt.timedelta(seconds=i), repo.JobMeta(job_id=c.name[:200]))
         for i, (c, r) in enumerate(zip(cases, res, strict=True))
     ]
-    out: dict[str, Any] = {"logs": len(cases), "invented": len(site)}
+    out: dict[str, Any] = {"logs": len(cases), "invented": len(site), "rules_dir": str(rules or "bundled")}
     with tempfile.TemporaryDirectory(prefix="lt-learn-") as tmp:
         from app.db.session import Database
 
@@ -733,7 +735,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["clusters", "curve", "mining", "all"])
     ap.add_argument("--no-cache", action="store_true", help="triage the corpus again")
-    ap.add_argument("--rules", type=Path, help="curve: replay with this rule library (e.g. an older rules/)")
+    ap.add_argument("--rules", type=Path, help="triage with this rule library (e.g. an older rules/)")
     ap.add_argument("--no-site", action="store_true", help="curve: the corpus alone, no invented failures")
     ap.add_argument(
         "--mark-wrong", action="store_true", help="curve: wrongly named logs join the inbox (marked wrong)"
@@ -747,8 +749,10 @@ def main() -> int:
 
     stamp = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "uptime": _uptime()}
     if args.what in ("clusters", "all"):
-        r = {**stamp, **clusters(cache=not args.no_cache)}
-        (OUT / "learn-clusters.json").write_text(json.dumps(r, indent=2))
+        r = {**stamp, **clusters(cache=not args.no_cache, rules=args.rules)}
+        (OUT / ("learn-clusters-rules.json" if args.rules else "learn-clusters.json")).write_text(
+            json.dumps(r, indent=2)
+        )
         print(
             f"clusters ({r['logs']} logs, {r['invented']} invented; {r['unknowns']} unknown, "
             f"{r['no_signal_unknowns']} without a signal line)"
