@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -28,8 +26,7 @@ def test_purity_arithmetic() -> None:
 def test_invented_failures_are_unknown_and_cluster_apart() -> None:
     from app.engine.clusters import Member, group_failures
 
-    # the reward-server timeout leaves no signal line (see the next test)
-    cases = [c for c in learn_bench.site_cases(variants=3) if c.expected != "site.reward_timeout"]
+    cases = learn_bench.site_cases(variants=3)
     compiled = learn_bench.compiled_library()
     members = []
     for c in cases:
@@ -42,11 +39,6 @@ def test_invented_failures_are_unknown_and_cluster_apart() -> None:
     assert learn_bench._purity([(g.id, g.members) for g in groups], label)["purity"] == 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="signals.ERRORS wants *Error/*Exception: a traceback ending in "
-    "`RewardServerTimeout: ...` (or httpx.ReadTimeout, socket.timeout) leaves no signal line",
-)
 def test_a_traceback_ending_in_a_timeout_class_leaves_a_signal() -> None:
     from app.engine.signals import find_signals
 
@@ -55,7 +47,8 @@ def test_a_traceback_ending_in_a_timeout_class_leaves_a_signal() -> None:
         (2, '  File "/opt/rl/reward_client.py", line 88, in score'),
         (3, "RewardServerTimeout: reward server did not answer batch 12 within 30.0 s"),
     ]
-    assert find_signals([("a.log", tail)])
+    (sig,) = find_signals([("a.log", tail)])
+    assert sig.weight == 2 and sig.template.startswith("RewardServerTimeout: reward server did not answer")
 
 
 def test_backtest_on_a_small_store_matches_a_plain_regex(tmp_path: Path) -> None:

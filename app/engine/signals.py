@@ -27,8 +27,9 @@ from dataclasses import dataclass
 ERRORS = (
     r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b|\b(?:ERROR|FATAL|CRITICAL|FAILED|"
     r"PANIC)\b|\bpanic:|Segmentation fault|core dumped|\bKilled\b|\bAborted\b|\bexception\b"
-    # glog's error and fatal lines (PyTorch's C++ side: "[E321 02:07:08.408 ProcessGroupNCCL...")
-    r"|\[[EF]\d{3,4} \d{2}:\d{2}:\d{2}\.\d+"
+    # glog's error and fatal lines (PyTorch's C++ side: "[E321 02:07:08.408 ProcessGroupNCCL...",
+    # and c10d's older short form "[E socket.cpp:957] [c10d] The client socket has timed out")
+    r"|\[[EF]\d{3,4} \d{2}:\d{2}:\d{2}\.\d+|\[[EF] [\w.]+:\d+\]"
 )
 # every match of ERRORS holds one of these: they find the candidates at bytes.find speed
 ERROR_LITERALS = (
@@ -49,6 +50,14 @@ ERROR_LITERALS = (
     "[E",
     "[F",
 )
+# a logger's own prefix before the message (vLLM's "ERROR 12-23 23:34:23 [core.py:708] ",
+# Python logging's "2026-11-27 04:00:01,123 ERROR "): stripped before a line is judged, so a
+# stack frame printed through a logger reads as a frame, not as an error line
+_LOGGER_PREFIX = re.compile(
+    r"^(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]{1,80}\]"
+    r"|\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)? +(?:-\s+)?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: +-)?)"
+    r"[ \t]"  # the one space after it: what is indented beyond that is a frame's
+)
 MAX_SIGNALS = 8  # per analysis
 MAX_TEXT = 400  # characters of a line kept
 
@@ -60,6 +69,9 @@ _LEVEL = re.compile(
 )
 # lines that only frame an error (its header, a separator, a stack frame)
 _FRAME = re.compile(r"^\s*(?:Traceback \(most recent call last\)|File \".*\", line \d+|[-=*#~_]{5,}\s*$)")
+_TRACEBACK = "Traceback (most recent call last)"
+# the line a traceback ends with: "module.Name: message" or a bare class name, unindented
+_RAISED = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:\(|:|$)")
 
 
 @dataclass(frozen=True)
@@ -84,10 +96,14 @@ class Signal:
 
 def message_of(text: str) -> str:
     """A line without its launcher prefixes (what the template is mined from)."""
+    return _unprefixed(text).strip()
+
+
+def _unprefixed(text: str) -> str:
+    """A line without its launcher and logger prefixes, its indentation kept (a frame's)."""
     from app.engine.pipeline.lines import parse_context
 
-    msg = parse_context(text).message or text
-    return msg.strip()
+    return _LOGGER_PREFIX.sub("", parse_context(text).message or text, count=1)
 
 
 def find_signals(
@@ -105,13 +121,28 @@ def find_signals(
     latest: dict[str, tuple[int, Signal]] = {}
     n = 0
     for name, lines in tails:
+        in_traceback = False
         for number, raw in lines:
-            if not _ERRORS.search(raw) or _FRAME.match(raw):
+            if _TRACEBACK in raw:
+                in_traceback = True
+                continue
+            raised = False
+            if in_traceback:
+                body = _unprefixed(raw)
+                if not body.strip() or body[:1].isspace() or _FRAME.match(body):
+                    continue  # a frame or a source line of the traceback
+                in_traceback = False
+                # the exception it ends with, whatever its class is called (httpx.ReadTimeout)
+                raised = bool(_RAISED.match(body))
+            if not raised and (not any(lit in raw for lit in ERROR_LITERALS) or not _ERRORS.search(raw)):
+                continue
+            if _FRAME.match(raw):
                 continue
             msg = message_of(raw)
-            if not msg or _FRAME.match(msg):
-                continue
-            weight = 2 if _EXCEPTION.match(msg) else 1 if _LEVEL.search(msg) else 0
+            body = _unprefixed(raw)
+            if not msg or _FRAME.match(body) or (body[:1].isspace() and not raised):
+                continue  # a frame or source line through a logger ("ERROR ... [core.py:708]   raise e")
+            weight = 2 if raised or _EXCEPTION.match(msg) else 1 if _LEVEL.search(msg) else 0
             template = mask(msg[:MAX_TEXT])
             key = template_key(template)
             text = raw[:MAX_TEXT]

@@ -40,7 +40,7 @@ class Backtest:
     changes: dict[str, int]  # "from -> to": how many analyses would change class if published
     lines_read: int
     seconds: float
-    complete: bool
+    complete: bool  # every stored line was tried (False: the oldest were beyond the limit, or time ran out)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -266,10 +266,17 @@ def run_backtest(ctx: ServiceContext, *, pattern: str, failure_class: str) -> Ba
     # each alternative's longest piece: a line must hold one of them (a plain `in`, C speed)
     lits = [max(alt, key=len) for alt in found[0]] if found and not found[1] else []
     with ctx.db.read() as s:
-        rows = lrepo.signal_texts(s, limit=BACKTEST_ROWS)
+        # one more than the limit: whether older lines were left out
+        rows = lrepo.signal_texts(s, limit=BACKTEST_ROWS + 1)
+    complete = len(rows) <= BACKTEST_ROWS
+    rows = rows[:BACKTEST_ROWS]
     matched: dict[str, None] = {}
-    complete = True
+    read = 0
     for i, (aid, _pos, text, _file, _line) in enumerate(rows):
+        if i % 4096 == 0 and time.monotonic() - t0 > BACKTEST_SECONDS:
+            complete = False  # a pattern this slow on the history: say so rather than wait
+            break
+        read = i + 1
         if aid in matched:
             continue
         if lits and not any(lit in text for lit in lits):
@@ -279,9 +286,6 @@ def run_backtest(ctx: ServiceContext, *, pattern: str, failure_class: str) -> Ba
                 matched[aid] = None
         except TimeoutError:
             pass
-        if i % 4096 == 0 and time.monotonic() - t0 > BACKTEST_SECONDS:
-            complete = False
-            break
     ids = list(matched)
     with ctx.db.read() as s:
         classes = lrepo.classes_of(s, analysis_ids=ids)
@@ -294,7 +298,7 @@ def run_backtest(ctx: ServiceContext, *, pattern: str, failure_class: str) -> Ba
     changes = Counter(
         f"{(classes.get(a) or ('unknown', None))[0] or 'unknown'} -> {failure_class}" for a in unknown
     )
-    return Backtest(ids, unknown, conflicts, dict(changes), len(rows), time.monotonic() - t0, complete)
+    return Backtest(ids, unknown, conflicts, dict(changes), read, time.monotonic() - t0, complete)
 
 
 def publish_draft(

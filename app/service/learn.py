@@ -248,6 +248,8 @@ def similar_failures(
             continue
         their = theirs.get(a) or []
         same_first = bool(their) and their[0].key == first
+        if not same_first and n < 2:
+            continue  # one shared line that is not the telling one: often a generic `raise` line
         st = states.get(group_ids.get(a) or "")
         out.append(
             Similar(
