@@ -181,6 +181,10 @@ def test_feedback_counts_per_rule_and_proposes_a_rule(client: httpx.Client, serv
     ]
     assert set(ids[1:]) <= set(prop["analysis_ids"]) and "marked wrong as host.oom_killed" in prop["why"]
     assert out["labelled"] >= 4 and 0 <= out["accuracy"] < 1 and out["months"]
+    # the rules page flags it
+    page = client.get("/rules", params={"q": rule}, headers={"Accept": "text/html"}).text
+    row = page[page.index(f'href="/rules/{rule}"') :].split("</tr>", 1)[0]
+    assert ">check it</span>" in row
     # the proposal drafts a rule from those analyses, its class suggested by the verdicts
     r = client.post("/api/v1/rules/drafts", json={"analysis_ids": ids[1:]})
     assert r.status_code == 201, r.text

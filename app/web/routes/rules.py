@@ -24,6 +24,14 @@ def precision(fb: dict[str, int]) -> float | None:
     return right / (right + wrong) if right + wrong else None
 
 
+def flagged(fb: dict[str, int]) -> bool:
+    """People said this rule was wrong too often: it needs a look (learn.FLAG_PRECISION)."""
+    from app.service.learn import FLAG_PRECISION, MIN_FEEDBACK
+
+    right, wrong = fb.get("correct", 0), fb.get("wrong", 0)
+    return right + wrong >= MIN_FEEDBACK and right / (right + wrong) < FLAG_PRECISION
+
+
 @router.get("/rules")
 async def rules_page(
     request: Request,
@@ -50,6 +58,7 @@ async def rules_page(
                 "activity": act,
                 "feedback": feedback.get(r.id, {}),
                 "precision": precision(feedback.get(r.id, {})),
+                "flagged": flagged(feedback.get(r.id, {})),
             }
         )
     return render(
