@@ -194,3 +194,37 @@ def test_feedback_counts_per_rule_and_proposes_a_rule(client: httpx.Client, serv
     assert res.returncode == 0, res.stderr
     offline = __import__("json").loads(res.stdout)
     assert offline["labelled"] == out["labelled"] and offline["accuracy"] == out["accuracy"]
+
+
+def test_a_report_shows_its_failure_group_and_changes_it(client: httpx.Client) -> None:
+    import re
+
+    html = {"Accept": "text/html"}
+    a = post(client, training_log(OOM.format(gib="7.25")), job_id="group-card")
+    page = client.get(f"/analyses/{a['id']}", headers=html).text
+    m = re.search(r'<h2 id="group-h">Failure group <code class="small tok" title="(f:[0-9a-z]+)"', page)
+    assert m, "a named failure's group is its fingerprint's"
+    gid = m.group(1)
+    token = re.search(r'name="csrf-token" content="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    r = client.post(
+        "/unknowns/groups",
+        data={
+            "group_id": gid,
+            "status": "resolved",
+            "assignee": "ana",
+            "note": "fixed by a smaller micro-batch",
+            "tracker_url": "https://tracker.example/T-9",
+            "csrf_token": token,
+            "back": f"a:{a['id']}",
+        },
+        headers=html,
+        follow_redirects=False,
+    )
+    assert r.status_code == 303 and r.headers["location"] == f"/analyses/{a['id']}#group"
+    page = client.get(f"/analyses/{a['id']}", headers=html).text
+    card = page[page.index('id="group"') :].split("</section>", 1)[0]
+    assert '<span class="chip">resolved</span>' in card and "fixed by a smaller micro-batch" in card
+    assert 'href="https://tracker.example/T-9"' in card
+    # the same state through the API, for known failures
+    items = client.get("/api/v1/clusters", params={"unknown": "false", "status": "resolved"}).json()["items"]
+    assert any(c["id"] == gid and c["note"] == "fixed by a smaller micro-batch" for c in items)

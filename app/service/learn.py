@@ -451,3 +451,29 @@ def feedback_summary(ctx: ServiceContext, *, principal: Principal) -> dict[str, 
         "flag_precision": FLAG_PRECISION,
         "min_feedback": MIN_FEEDBACK,
     }
+
+
+def group_of(ctx: ServiceContext, *, analysis_id: str, principal: Principal) -> dict[str, Any] | None:
+    """The failure group an analysis belongs to and its triage state: its fingerprint's
+    (``f:...``) when a rule named it, else its most telling line's template (``t:...``, the
+    unknowns inbox's group); None when it has neither."""
+    from app.db import repo
+
+    with ctx.db.read() as s:
+        row = repo.get_analysis(s, analysis_id=analysis_id)
+        check_can_read(principal, row)
+        if row.fingerprint:
+            gid = f"f:{row.fingerprint}"
+        else:
+            sigs = lrepo.signals_of(s, analysis_ids=[row.id]).get(row.id) or []
+            if not sigs:
+                return None
+            gid = f"t:{sigs[0].key}"
+        g = lrepo.groups(s, ids=[gid]).get(gid)
+        return {
+            "id": gid,
+            "status": g.status if g else "open",
+            "assignee": g.assignee if g else None,
+            "note": g.note if g else None,
+            "tracker_url": g.tracker_url if g else None,
+        }

@@ -93,7 +93,7 @@ async def group_form(
     assignee: Annotated[str, Form(max_length=200)] = "",
     note: Annotated[str, Form(max_length=4000)] = "",
     tracker_url: Annotated[str, Form(max_length=2000)] = "",
-    back: Annotated[str, Form(max_length=20)] = "open",
+    back: Annotated[str, Form(max_length=40)] = "open",
 ) -> Response:
     """One cluster's triage state; an emptied field is cleared (a form cannot send 'absent')."""
     require_page(principal, "read", "triaging a failure group")
@@ -108,6 +108,9 @@ async def group_form(
         clear=tuple(k for k, v in fields.items() if not v),
         **{k: v for k, v in fields.items() if v},
     )
+    m = re.fullmatch(r"a:([0-9A-Za-z]{26})", back)
+    if m:  # from a report's group card: back to that report
+        return RedirectResponse(f"/analyses/{m.group(1).upper()}#group", status_code=303)
     back = back if back in STATUS_FILTERS else "open"
     anchor = "c-" + re.sub(r"[^0-9a-z]", "-", group_id.lower())
     return RedirectResponse(f"/unknowns?status={back}&saved={quote(group_id)}#{anchor}", status_code=303)

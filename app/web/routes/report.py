@@ -82,6 +82,11 @@ async def render_report(
         if principal.allows("read")
         else []
     )
+    group = (
+        await asyncio.to_thread(learn.group_of, ctx, analysis_id=a["id"], principal=principal)
+        if principal.allows("read")
+        else None
+    )
     views = {id(f): report_view.finding_view(a, f, ctx.library) for f in a.get("findings") or []}
     return render(
         request,
@@ -99,6 +104,7 @@ async def render_report(
         rule_texts=report.rule_texts,
         others=report.fingerprint_history,
         similar=similar,
+        group=group,
         markdown=report_view.report_markdown(a),
         feedback_state=feedback,
         can_feedback=principal.allows("read"),
