@@ -87,3 +87,13 @@ def test_an_oom_other_processes_explain_blames_the_gpu_not_the_job(analyze: Anal
     assert "size this job for what is left" not in a.root_cause.remediation
     why = " ".join(a.action.why if a.action else [])
     assert "Other processes held enough of this GPU" in why and "set by the job's sizes" not in why
+
+
+def test_sglang_memory_saver_oom_leads_the_nccl_timeouts_after_it(analyze: Analyze) -> None:
+    path = SET / "p-verl-1431-sglang-memsaver-oom-then-nccl-timeout.log"
+    a = analyze(path.read_bytes(), name=path.name)
+    assert a.root_cause is not None and a.root_cause.rule_id == "sglang-memory-saver-oom"
+    assert a.root_cause.failure_class == "cuda.out_of_memory"
+    assert any(f.failure_class == "nccl.collective_timeout" and f.role == "symptom" for f in a.findings)
+    assert a.action is not None and a.action.decision == "fix_and_rerun"
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization" in a.root_cause.remediation  # verl's log
