@@ -94,6 +94,7 @@ ROUTES: dict[tuple[str, str], Need] = {
     ("POST", "/api/v1/rules/drafts/{draft_id}/publish"): Need("rules:write", ok=201),
     ("GET", "/api/v1/rules/site"): Need("read"),
     ("GET", "/api/v1/feedback/summary"): Need("read"),
+    ("GET", "/groups"): Need("read", kind="page"),
     # public: health, the API document and its docs, problem types, static assets, sign-in
     ("GET", "/healthz"): Need("public"),
     ("GET", "/readyz"): Need("public"),

@@ -228,3 +228,39 @@ def test_a_report_shows_its_failure_group_and_changes_it(client: httpx.Client) -
     # the same state through the API, for known failures
     items = client.get("/api/v1/clusters", params={"unknown": "false", "status": "resolved"}).json()["items"]
     assert any(c["id"] == gid and c["note"] == "fixed by a smaller micro-batch" for c in items)
+
+
+def test_named_failures_are_triaged_as_groups_on_their_page(client: httpx.Client) -> None:
+    import re
+
+    html = {"Accept": "text/html"}
+    a = post(client, training_log(OOM.format(gib="9.75")), job_id="groups-page")
+    page = client.get("/groups", params={"status": "all"}, headers=html).text
+    report = client.get(f"/analyses/{a['id']}", headers=html).text
+    gid = re.search(
+        r'<h2 id="group-h">Failure group <code class="small tok" title="(f:[0-9a-z]+)"', report
+    ).group(1)  # type: ignore[union-attr]
+    cid = "c-" + gid.replace(":", "-")
+    assert (
+        f'id="{cid}"' in page
+        and "Draft a rule" not in page.split(f'id="{cid}"', 1)[1].split("</section>", 1)[0]
+    )
+    token = re.search(r'name="csrf-token" content="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    r = client.post(
+        "/unknowns/groups",
+        data={
+            "group_id": gid,
+            "status": "ignored",
+            "note": "a known quota",
+            "csrf_token": token,
+            "back": "g:all",
+        },
+        headers=html,
+        follow_redirects=False,
+    )
+    assert r.status_code == 303 and r.headers["location"].startswith("/groups?status=all&saved=")
+    ignored = client.get("/groups", params={"status": "ignored"}, headers=html).text
+    assert f'id="{cid}"' in ignored and "a known quota" in ignored
+    assert f'id="{cid}"' not in client.get("/groups", headers=html).text  # open only, by default
+    assert client.get("/groups", params={"status": "done"}, headers=html).status_code == 422
+    assert 'href="/groups"' in client.get("/analyses", headers=html).text

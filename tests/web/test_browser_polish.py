@@ -93,6 +93,7 @@ PAGES: dict[str, tuple[str, str, str | None]] = {
     # another page's own work: here only for sideways scrolling
     "viewer": ("/analyses/{ecc}/files/0?line=129#L129", "", None),
     "by-time": ("/analyses/{hang}/by-time", "The files by time", None),
+    "groups": ("/groups?status=all", "Failure groups", None),
     "by-time-columns": ("/analyses/{hang}/by-time?layout=columns", "The files by time", None),
 }
 OVERFLOW_ONLY = {"viewer"}

@@ -79,6 +79,44 @@ async def unknowns_page(
         filters=STATUS_FILTERS,
         saved=saved[:40],
         can_draft=_can_draft(principal),
+        known=False,
+        here="/unknowns",
+    )
+
+
+@router.get("/groups")
+async def groups_page(
+    request: Request,
+    ctx: CtxDep,
+    principal: WebPrincipal,
+    status: str = "open",
+    saved: str = "",
+) -> Response:
+    """Named failures as groups (a fingerprint each), triaged like the unknowns inbox's."""
+    require_page(principal, "read", "the failure groups")
+    if status not in STATUS_FILTERS:
+        raise ValidationFailedError(f"status is one of {', '.join(STATUS_FILTERS)}, not {status[:20]!r}")
+    clusters = await asyncio.to_thread(
+        learn.list_clusters,
+        ctx,
+        principal=principal,
+        unknown=False,
+        status=None if status == "all" else status,
+    )
+    return render(
+        request,
+        ctx,
+        "unknowns.html",
+        principal=principal,
+        nav="history",
+        clusters=clusters,
+        shown=status,
+        statuses=learn.GROUP_STATUSES,
+        filters=STATUS_FILTERS,
+        saved=saved[:40],
+        can_draft=False,
+        known=True,
+        here="/groups",
     )
 
 
@@ -111,9 +149,12 @@ async def group_form(
     m = re.fullmatch(r"a:([0-9A-Za-z]{26})", back)
     if m:  # from a report's group card: back to that report
         return RedirectResponse(f"/analyses/{m.group(1).upper()}#group", status_code=303)
+    known = back.startswith("g:")
+    back = back.removeprefix("g:")
     back = back if back in STATUS_FILTERS else "open"
     anchor = "c-" + re.sub(r"[^0-9a-z]", "-", group_id.lower())
-    return RedirectResponse(f"/unknowns?status={back}&saved={quote(group_id)}#{anchor}", status_code=303)
+    page = "/groups" if known else "/unknowns"
+    return RedirectResponse(f"{page}?status={back}&saved={quote(group_id)}#{anchor}", status_code=303)
 
 
 # --- drafts ------------------------------------------------------------------------------------------
