@@ -97,3 +97,15 @@ def test_sglang_memory_saver_oom_leads_the_nccl_timeouts_after_it(analyze: Analy
     assert any(f.failure_class == "nccl.collective_timeout" and f.role == "symptom" for f in a.findings)
     assert a.action is not None and a.action.decision == "fix_and_rerun"
     assert "actor_rollout_ref.rollout.gpu_memory_utilization" in a.root_cause.remediation  # verl's log
+
+
+def test_retry_exceeded_is_not_asserted_unreachable(analyze: Analyze) -> None:
+    path = SET / "q-nccl-1698-roce-retry-exceeded.log"
+    a = analyze(path.read_bytes(), name=path.name)
+    assert a.root_cause is not None and a.root_cause.failure_class == "hardware.network_ib_error"
+    text = a.root_cause.remediation
+    assert "never got an answer" not in text and "so this NIC cannot reach" not in text
+    assert (
+        "when the error comes and goes between runs, packets are lost under load" in text
+        and "PFC and ECN" in text
+    )
