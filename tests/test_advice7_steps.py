@@ -109,3 +109,12 @@ def test_retry_exceeded_is_not_asserted_unreachable(analyze: Analyze) -> None:
         "when the error comes and goes between runs, packets are lost under load" in text
         and "PFC and ECN" in text
     )
+
+
+def test_deepspeed_090_world_size_of_one_is_the_release(analyze: Analyze) -> None:
+    path = SET / "q-deepspeed-3228-batch-assert-zero2-regression.log"
+    a = analyze(path.read_bytes(), name=path.name)
+    assert a.root_cause is not None and a.root_cause.rule_id == "deepspeed-batch-size-mismatch"
+    text = a.root_cause.remediation
+    assert "Pin `deepspeed==0.8.3`" in text and "DeepSpeed 0.9.0 is reported to miscount" in text
+    assert "DeepSpeed did not see the others" not in text and 'train_batch_size` to "auto"' not in text
