@@ -28,6 +28,7 @@ from app.blobstore.search import Count, Found, Matcher, count_more, find_next, f
 from app.blobstore.window import Line, Window, read_window
 from app.db import repo
 from app.db.repo.completion import blob_line_index
+from app.engine import signals
 from app.errors import AnalysisNotReadyError, NotFoundError, ValidationFailedError
 from app.service.access import Principal, check_can_read
 from app.service.context import ServiceContext
@@ -44,34 +45,10 @@ _TIMESTAMP = re.compile(
     r"|\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)\]?[ \t]*"
 )
 _DIGITS = re.compile(r"\d+")
-# what reads as an error when no rule said so: a traceback, an exception or error class, a
-# logger's ERROR/FATAL/CRITICAL level, glog's E/F lines, a failed step, a crash; case-sensitive, so a
-# metric named `error_rate` or a word "errors" in prose is not one
-ERRORS = (
-    r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b|\b(?:ERROR|FATAL|CRITICAL|FAILED|"
-    r"PANIC)\b|\bpanic:|Segmentation fault|core dumped|\bKilled\b|\bAborted\b|\bexception\b"
-    # glog's error and fatal lines (PyTorch's C++ side: "[E321 02:07:08.408 ProcessGroupNCCL...")
-    r"|\[[EF]\d{3,4} \d{2}:\d{2}:\d{2}\.\d+"
-)
-# every match of ERRORS holds one of these: they find the candidates at bytes.find speed
-ERROR_LITERALS = (
-    "Traceback",
-    "Error",
-    "Exception",
-    "ERROR",
-    "FATAL",
-    "CRITICAL",
-    "FAILED",
-    "PANIC",
-    "panic:",
-    "Segmentation fault",
-    "core dumped",
-    "Killed",
-    "Aborted",
-    "exception",
-    "[E",
-    "[F",
-)
+# what reads as an error when no rule said so: one definition, the engine's (its signal lines
+# are picked by it too), re-exported here for the viewer's "next error"
+ERRORS = signals.ERRORS
+ERROR_LITERALS = signals.ERROR_LITERALS
 FOLD_MIN = 4  # a run of this many similar lines shows its first and folds the rest
 SEARCH_BUDGET = 0.8  # seconds one search may read the log before it says how far it got
 COUNT_BUDGET = 0.1  # seconds a page spends going on counting the hits

@@ -61,27 +61,7 @@ async def unknowns_page(
     status: str = "open",
     saved: str = "",
 ) -> Response:
-    require_page(principal, "read", "the unknowns inbox")
-    if status not in STATUS_FILTERS:
-        raise ValidationFailedError(f"status is one of {', '.join(STATUS_FILTERS)}, not {status[:20]!r}")
-    clusters = await asyncio.to_thread(
-        learn.list_clusters, ctx, principal=principal, status=None if status == "all" else status
-    )
-    return render(
-        request,
-        ctx,
-        "unknowns.html",
-        principal=principal,
-        nav="learn",
-        clusters=clusters,
-        shown=status,
-        statuses=learn.GROUP_STATUSES,
-        filters=STATUS_FILTERS,
-        saved=saved[:40],
-        can_draft=_can_draft(principal),
-        known=False,
-        here="/unknowns",
-    )
+    return await _groups(request, ctx, principal, status=status, saved=saved, known=False)
 
 
 @router.get("/groups")
@@ -93,30 +73,34 @@ async def groups_page(
     saved: str = "",
 ) -> Response:
     """Named failures as groups (a fingerprint each), triaged like the unknowns inbox's."""
-    require_page(principal, "read", "the failure groups")
+    return await _groups(request, ctx, principal, status=status, saved=saved, known=True)
+
+
+async def _groups(
+    request: Request, ctx: Any, principal: Principal, *, status: str, saved: str, known: bool
+) -> Response:
+    """The unknowns inbox, or (``known``) the named failures' groups: one page, two lists."""
+    require_page(principal, "read", "the failure groups" if known else "the unknowns inbox")
     if status not in STATUS_FILTERS:
         raise ValidationFailedError(f"status is one of {', '.join(STATUS_FILTERS)}, not {status[:20]!r}")
+    wanted = None if status == "all" else status
     clusters = await asyncio.to_thread(
-        learn.list_clusters,
-        ctx,
-        principal=principal,
-        unknown=False,
-        status=None if status == "all" else status,
+        learn.list_clusters, ctx, principal=principal, unknown=not known, status=wanted
     )
     return render(
         request,
         ctx,
         "unknowns.html",
         principal=principal,
-        nav="history",
+        nav="history" if known else "learn",
         clusters=clusters,
         shown=status,
         statuses=learn.GROUP_STATUSES,
         filters=STATUS_FILTERS,
         saved=saved[:40],
-        can_draft=False,
-        known=True,
-        here="/groups",
+        can_draft=not known and _can_draft(principal),
+        known=known,
+        here="/groups" if known else "/unknowns",
     )
 
 
