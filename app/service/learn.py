@@ -19,7 +19,7 @@ from app.engine.clusters import NO_SIGNAL, Member, group_failures
 from app.errors import NotFoundError, ValidationFailedError
 from app.service.access import Principal, check_can_read
 from app.service.context import ServiceContext
-from app.service.metadata import CONTROL, CONTROL_IN_TEXT, no_control
+from app.service.metadata import checked_text
 
 __all__ = [
     "GROUP_STATUSES",
@@ -345,17 +345,10 @@ def _status(g: Any) -> str:
 
 
 def _text(value: str | None, what: str, limit: int, *, multiline: bool = False) -> str | None:
-    if value is None:
-        return None
-    value = value.strip()
-    if not value:
-        raise ValidationFailedError(f"{what} is empty (to remove it, name it in clear)")
-    if len(value) > limit:
-        raise ValidationFailedError(f"{what} is longer than {limit} characters")
-    try:
-        return no_control(value, what, CONTROL_IN_TEXT if multiline else CONTROL)
-    except ValueError as exc:
-        raise ValidationFailedError(str(exc)) from None
+    value = value.strip() if value is not None else None
+    return checked_text(
+        value, what, limit=limit, multiline=multiline, empty=" (to remove it, name it in clear)"
+    )
 
 
 # --- feedback that counts ------------------------------------------------------------------------

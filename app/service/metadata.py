@@ -42,6 +42,25 @@ def no_control(value: str, what: str, pattern: re.Pattern[str] = CONTROL) -> str
     return value
 
 
+def checked_text(
+    value: str | None, what: str, *, limit: int, multiline: bool = False, empty: str = ""
+) -> str | None:
+    """A free-text field of a request (None stays None): not blank, at most ``limit``
+    characters, no control character (tabs and newlines too unless ``multiline``); a
+    ValidationFailedError (422) naming the field otherwise. ``empty`` adds a hint to the
+    blank case."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise ValidationFailedError(f"{what} is empty{empty}")
+    if len(value) > limit:
+        raise ValidationFailedError(f"{what} is longer than {limit} characters")
+    try:
+        return no_control(value, what, CONTROL_IN_TEXT if multiline else CONTROL)
+    except ValueError as exc:
+        raise ValidationFailedError(str(exc)) from None
+
+
 class JobMetadata(BaseModel):
     """What the job's failure hook reports about the job (all optional)."""
 

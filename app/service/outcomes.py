@@ -21,7 +21,7 @@ from app.errors import ConflictError, ValidationFailedError
 from app.service import present
 from app.service.access import Principal, check_can_read
 from app.service.context import ServiceContext
-from app.service.metadata import CONTROL, CONTROL_IN_TEXT, no_control
+from app.service.metadata import checked_text
 
 __all__ = ["ExcludeList", "Recorded", "clear_host", "exclude_list", "job_outcomes", "record_outcome"]
 
@@ -33,19 +33,6 @@ ACTIONS = ("retry", "retry_excluding", "fix_and_rerun")
 class Recorded:
     outcome: dict[str, Any]
     created: bool  # False: this attempt (or this failure's outcome) was recorded before
-
-
-def _text(value: str | None, what: str, *, limit: int, multiline: bool = False) -> str | None:
-    if value is None:
-        return None
-    if not value.strip():
-        raise ValidationFailedError(f"{what} is empty")
-    if len(value) > limit:
-        raise ValidationFailedError(f"{what} is longer than {limit} characters")
-    try:
-        return no_control(value, what, CONTROL_IN_TEXT if multiline else CONTROL)
-    except ValueError as exc:
-        raise ValidationFailedError(str(exc)) from None
 
 
 def outcome_dict(o: Outcome, *, base: str) -> dict[str, Any]:
@@ -88,15 +75,15 @@ def record_outcome(
     base: str,
 ) -> Recorded:
     """Record how the next attempt after a failure of `job_id` ended."""
-    job = _text(job_id, "job_id", limit=256)
+    job = checked_text(job_id, "job_id", limit=256)
     assert job is not None
     if status not in STATUSES:
         raise ValidationFailedError(f"status must be one of {', '.join(STATUSES)}, not {status[:40]!r}")
     if action is not None and action not in ACTIONS:
         raise ValidationFailedError(f"action must be one of {', '.join(ACTIONS)}, not {action[:40]!r}")
-    attempt = _text(attempt_id, "attempt_id", limit=256)
-    detail = _text(detail, "detail", limit=4000, multiline=True)
-    hosts = [h for h in (_text(h, "excluded_hosts[]", limit=255) for h in excluded_hosts) if h]
+    attempt = checked_text(attempt_id, "attempt_id", limit=256)
+    detail = checked_text(detail, "detail", limit=4000, multiline=True)
+    hosts = [h for h in (checked_text(h, "excluded_hosts[]", limit=255) for h in excluded_hosts) if h]
     with ctx.db.write() as s:
         if attempt is not None and (old := repo.outcome_of_attempt(s, job_id=job, attempt_id=attempt)):
             return _again(old, status=status, what=f"attempt {attempt!r}", base=base)
@@ -181,9 +168,9 @@ def exclude_list(ctx: ServiceContext, *, days: int | None = None, min_jobs: int 
 
 def clear_host(ctx: ServiceContext, *, host: str, note: str | None, principal: Principal) -> dict[str, Any]:
     """An operator's "repaired": the host's hardware failures until now stop counting."""
-    name = _text(host, "host", limit=255)
+    name = checked_text(host, "host", limit=255)
     assert name is not None
-    note = _text(note, "note", limit=4000, multiline=True)
+    note = checked_text(note, "note", limit=4000, multiline=True)
     with ctx.db.write() as s:
         at = repo.clear_host(s, host=name, note=note, token_id=principal.token_id)
     return {"host": name, "cleared_at": present.iso(at), "note": note}
