@@ -51,6 +51,54 @@ def test_a_traceback_ending_in_a_timeout_class_leaves_a_signal() -> None:
     assert sig.weight == 2 and sig.template.startswith("RewardServerTimeout: reward server did not answer")
 
 
+def _raised(frames: list[str], last: str, prefix: str = "") -> list[tuple[int, str]]:
+    lines = ["Traceback (most recent call last):"]
+    for f in frames:
+        lines += [f"  {f}", "    do_it()"]
+    return [(i + 1, prefix + x) for i, x in enumerate([*lines, last])]
+
+
+def test_a_users_own_python_error_is_known_by_where_it_was_raised() -> None:
+    from app.engine.clusters import Member, group_failures
+    from app.engine.signals import find_signals
+
+    def first(frames: list[str], last: str, prefix: str = "") -> tuple[str, str]:
+        s = find_signals([("a.log", _raised(frames, last, prefix))])[0]
+        return s.key, s.template
+
+    ours = 'File "/home/ann/proj/train.py", line 417, in load_data'
+    k1, t1 = first([ours], "FileNotFoundError: [Errno 2] No such file or directory: '/data/a/x.bin'")
+    assert t1 == "train.py:load_data FileNotFoundError: [Errno <NUM>] No such file or directory: '<PATH>'"
+    # the same bug in another run: other home, line number, path, launcher prefix
+    k2, _ = first(
+        ['File "/scratch/bob/ckpt-7/train.py", line 420, in load_data'],
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/b/y.bin'",
+        prefix="[rank3]: ",
+    )
+    assert k2 == k1
+    # the same message raised elsewhere in the user's code, or inside an installed package
+    k3, t3 = first(
+        ['File "/home/ann/proj/eval.py", line 9, in score'],
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/a/x.bin'",
+    )
+    k4, t4 = first(
+        [ours, 'File "/opt/conda/lib/python3.11/site-packages/hf/hub.py", line 5, in fetch'],
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/a/x.bin'",
+    )
+    assert len({k1, k3, k4}) == 3
+    assert t3.startswith("eval.py:score ") and t4.startswith("FileNotFoundError:")
+    # a class that names the failure itself: known by its message wherever it is hit
+    _k, t5 = first([ours], "RuntimeError: CUDA error: device-side assert triggered")
+    _k, t6 = first([ours], "LeaseLostError: lease 12 lost")
+    assert t5.startswith("RuntimeError:") and t6.startswith("LeaseLostError:")
+    # two users' bugs with one message stay apart in the inbox (the miner merges no <*> over them)
+    msgs = ["TypeError: __init__() got an unexpected keyword argument 'config'"] * 2
+    a = find_signals([("a.log", _raised(['File "cfg.py", line 3, in set_model'], msgs[0]))])[0]
+    b = find_signals([("b.log", _raised(['File "SOP/parse.py", line 9, in initialize'], msgs[1]))])[0]
+    groups = group_failures([Member("a", a.key, a.template), Member("b", b.key, b.template)])
+    assert len(groups) == 2
+
+
 def test_backtest_on_a_small_store_matches_a_plain_regex(tmp_path: Path) -> None:
     import regex
 

@@ -8,15 +8,18 @@ They come from each file's last lines, which the scan keeps anyway (``FileScan.t
 A line "reads as an error" by ``ERRORS`` (the viewer's "next error" uses the same definition).
 Each chosen line's message (its launcher prefixes removed: a Ray actor's ``(pid=, ip=)``,
 torchrun's ``[rank3]:``) is masked into a template (`app.engine.templates.mask`: numbers, ids,
-paths, hosts as typed holes), the same in every analysis, so a template's key groups analyses
-without a shared miner; lines of one template count once, the latest kept. Merging templates
-that differ in a word is the clustering's job, over many analyses (`TemplateMiner`). The lines
-that say what broke come first: an exception's own line (``ValueError: ...``), a fatal or error
-level line, then the rest.
+paths, hosts as typed holes), the same in every analysis; a Python exception about the
+program's own objects (``KeyError``, ``FileNotFoundError``...) that the user's code raised gets
+the raising frame's file and function in front (`_raised_in`: two users' bugs often print one
+message), so a template's key groups analyses without a shared miner; lines of one template
+count once, the latest kept. Merging templates that differ in a word is the clustering's job,
+over many analyses (`TemplateMiner`). The lines that say what broke come first: an exception's
+own line (``ValueError: ...``), a fatal or error level line, then the rest.
 """
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,6 +73,38 @@ _LEVEL = re.compile(
 # lines that only frame an error (its header, a separator, a stack frame)
 _FRAME = re.compile(r"^\s*(?:Traceback \(most recent call last\)|File \".*\", line \d+|[-=*#~_]{5,}\s*$)")
 _TRACEBACK = "Traceback (most recent call last)"
+# a traceback's stack frame: its file and function (the line number changes with every edit)
+_FRAME_AT = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
+# library code: an installed package, the standard library, or code with no file
+_LIBRARY = re.compile(r"[/\\](?:site|dist)-packages[/\\]|[/\\]lib[/\\]python\d|^<")
+# Python's own exceptions about the program's own objects: a key, an index, an attribute, a name,
+# an argument, a value, an assertion, a file path. Their messages say what went wrong, not where
+# ("KeyError: 'input_ids'", "TypeError: __init__() got an unexpected keyword argument <*>"), so
+# two users' bugs often read alike. Not RuntimeError (how PyTorch's C++ side and other native
+# extensions report their own failures: a CUDA error, NCCL, a failed write, whoever called the
+# op), ImportError (its message names the module) or the OS's errors (a full disk, a refused
+# connection): those messages name the failure wherever it is hit.
+_PROGRAM_ERRORS = frozenset(
+    name
+    for name, v in vars(builtins).items()
+    if isinstance(v, type)
+    and issubclass(
+        v,
+        (
+            LookupError,
+            AttributeError,
+            NameError,
+            TypeError,
+            ValueError,
+            AssertionError,
+            ArithmeticError,
+            FileNotFoundError,
+            FileExistsError,
+            IsADirectoryError,
+            NotADirectoryError,
+        ),
+    )
+)
 # the line a traceback ends with: "module.Name: message" or a bare class name, unindented
 _RAISED = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:\(|:|$)")
 
@@ -79,7 +114,7 @@ class Signal:
     file: str
     line: int
     text: str  # the whole line (cut at MAX_TEXT), redacted
-    template: str  # its message, masked: numbers, ids, paths... as typed holes
+    template: str  # its message, masked: numbers, ids, paths... as typed holes (`_raised_in`)
     key: str  # the template's stable id (`app.engine.templates.template_key`)
     weight: int  # 2: an exception's own line, 1: an error or fatal level, 0: the rest
 
@@ -122,14 +157,19 @@ def find_signals(
     n = 0
     for name, lines in tails:
         in_traceback = False
+        frame: tuple[str, str] | None = None  # the traceback's last frame so far
         for number, raw in lines:
             if _TRACEBACK in raw:
                 in_traceback = True
+                frame = None
                 continue
             raised = False
             if in_traceback:
                 body = _unprefixed(raw)
                 if not body.strip() or body[:1].isspace() or _FRAME.match(body):
+                    at = _FRAME_AT.match(body)
+                    if at:
+                        frame = (at.group(1), at.group(2))
                     continue  # a frame or a source line of the traceback
                 in_traceback = False
                 # the exception it ends with, whatever its class is called (httpx.ReadTimeout)
@@ -144,6 +184,8 @@ def find_signals(
                 continue  # a frame or source line through a logger ("ERROR ... [core.py:708]   raise e")
             weight = 2 if raised or _EXCEPTION.match(msg) else 1 if _LEVEL.search(msg) else 0
             template = mask(msg[:MAX_TEXT])
+            if raised and frame is not None:
+                template = _raised_in(frame, msg) + template
             key = template_key(template)
             text = raw[:MAX_TEXT]
             if redact is not None:
@@ -153,6 +195,31 @@ def find_signals(
     # most telling first, then the latest (a failure is at the end)
     ranked = sorted(latest.values(), key=lambda p: (-p[1].weight, -p[0]))
     return [sig for _n, sig in ranked[:limit]]
+
+
+def _raised_in(frame: tuple[str, str], msg: str) -> str:
+    """Where a Python exception of the user's code was raised, as a template's first token
+    ("train.py:load_data "), or "" when that does not tell failures apart.
+
+    As Sentry groups by in-app frames: one of Python's own exceptions about the program's
+    objects (``KeyError``, ``FileNotFoundError``, ``TypeError``...: ``_PROGRAM_ERRORS``) raised
+    by the user's code (the traceback's last frame is not in an installed package or the
+    standard library) is known by its message and where it was raised: the frame's file name
+    (no directories: they hold homes, checkouts and temp dirs) and function, masked like the
+    message (no line number: it moves with every edit). The same bug in another run raises in
+    the same place, and two bugs that print the same message do not fall together. Any other
+    class (a library's own, RuntimeError from a native extension) names the failure already,
+    and an exception raised inside a library is known by its message alone. As the first token
+    it routes the template in the miner's tree (`TemplateMiner`), so templates raised in
+    different places never merge into one ``<*>``."""
+    path, function = frame
+    cls = re.split(r"[:(]", msg, maxsplit=1)[0].strip()
+    if cls not in _PROGRAM_ERRORS or _LIBRARY.search(path):
+        return ""
+    from app.engine.templates import mask
+
+    file = re.split(r"[/\\]", path)[-1]
+    return mask(f"{file}:{function}").replace(" ", "") + " "
 
 
 __all__ = ["ERRORS", "ERROR_LITERALS", "MAX_SIGNALS", "Signal", "find_signals", "message_of"]
