@@ -20,9 +20,14 @@ own line (``ValueError: ...``), a fatal or error level line, then the rest.
 from __future__ import annotations
 
 import builtins
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.engine.pipeline.matcher import LineFilter
 
 # what reads as an error when no rule said so: a traceback, an exception or error class, a
 # logger's ERROR/FATAL/CRITICAL level, glog's E/F lines, a failed step, a crash; case-sensitive,
@@ -158,7 +163,21 @@ def find_signals(
     for name, lines in tails:
         in_traceback = False
         frame: tuple[str, str] | None = None  # the traceback's last frame so far
-        for number, raw in lines:
+        # the lines holding an error literal, found for the whole tail at once: outside a
+        # traceback only they can be signals (the literal "Traceback" starts one)
+        candidates = _error_lines().lines_with([raw for _, raw in lines])
+        marked = set(candidates)
+        k = 0
+        i = 0
+        while i < len(lines):
+            if not in_traceback:
+                while k < len(candidates) and candidates[k] < i:
+                    k += 1
+                if k == len(candidates):
+                    break
+                i = candidates[k]
+            number, raw = lines[i]
+            i += 1
             if _TRACEBACK in raw:
                 in_traceback = True
                 frame = None
@@ -174,7 +193,7 @@ def find_signals(
                 in_traceback = False
                 # the exception it ends with, whatever its class is called (httpx.ReadTimeout)
                 raised = bool(_RAISED.match(body))
-            if not raised and (not any(lit in raw for lit in ERROR_LITERALS) or not _ERRORS.search(raw)):
+            if not raised and (i - 1 not in marked or not _ERRORS.search(raw)):
                 continue
             if _FRAME.match(raw):
                 continue
@@ -195,6 +214,13 @@ def find_signals(
     # most telling first, then the latest (a failure is at the end)
     ranked = sorted(latest.values(), key=lambda p: (-p[1].weight, -p[0]))
     return [sig for _n, sig in ranked[:limit]]
+
+
+@functools.cache
+def _error_lines() -> LineFilter:
+    from app.engine.pipeline.matcher import LineFilter
+
+    return LineFilter(ERROR_LITERALS)
 
 
 def _raised_in(frame: tuple[str, str], msg: str) -> str:

@@ -1,0 +1,59 @@
+"""`LineFilter` (the tail checks' one-pass literal search) answers what testing each line does."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from app.engine.pipeline import matcher
+from app.engine.pipeline.matcher import LineFilter
+from app.engine.signals import ERROR_LITERALS
+
+# pieces that put literals at a line's start, end and middle, next to multi-byte characters
+PIECES = [
+    *ERROR_LITERALS,
+    "iteration 12/ 500 |",
+    "lm loss: 2.8E+00",
+    "é",
+    "日本",
+    "\u2028",
+    " ",
+    "E",
+    "Err",
+    "[",
+    "x",
+]
+
+
+def _lines(rng: random.Random, n: int) -> list[str]:
+    return ["".join(rng.choice(PIECES) for _ in range(rng.randrange(0, 6))) for _ in range(n)]
+
+
+def _reference(lines: list[str]) -> list[int]:
+    return [i for i, line in enumerate(lines) if any(lit in line for lit in ERROR_LITERALS)]
+
+
+@pytest.mark.skipif(not matcher.hyperscan_available(), reason="the one-pass path needs Hyperscan")
+def test_the_one_pass_search_finds_exactly_the_lines_each_test_finds() -> None:
+    filt = LineFilter(ERROR_LITERALS)
+    rng = random.Random(20261127)
+    for _ in range(300):
+        lines = _lines(rng, rng.randrange(0, 40))
+        assert filt.lines_with(lines) == _reference(lines), lines
+
+
+def test_without_hyperscan_each_line_is_tested(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(matcher, "hyperscan_available", lambda: False)
+    filt = LineFilter(ERROR_LITERALS)
+    rng = random.Random(7)
+    for _ in range(50):
+        lines = _lines(rng, 20)
+        assert filt.lines_with(lines) == _reference(lines)
+
+
+def test_no_lines_and_no_hits() -> None:
+    filt = LineFilter(("Traceback",))
+    assert filt.lines_with([]) == []
+    assert filt.lines_with(["a", "", "b"]) == []
+    assert filt.lines_with(["", "Traceback", "Traceback Traceback"]) == [1, 2]
