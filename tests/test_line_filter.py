@@ -57,3 +57,40 @@ def test_no_lines_and_no_hits() -> None:
     assert filt.lines_with([]) == []
     assert filt.lines_with(["a", "", "b"]) == []
     assert filt.lines_with(["", "Traceback", "Traceback Traceback"]) == [1, 2]
+
+
+RANK_PIECES = [
+    "[rank3]: ",
+    "Rank 2",
+    "[default0]:",
+    "[1,0]<stdout>:",
+    "3: ",
+    "3:\u00a0",
+    "10:00:01",
+    "x",
+    ":",
+    " ",
+    "é",
+]
+
+
+@pytest.mark.parametrize("hyperscan", [True, False])
+def test_the_rank_gate_for_many_lines_keeps_every_line_the_one_line_gate_keeps(
+    monkeypatch: pytest.MonkeyPatch, hyperscan: bool
+) -> None:
+    from app.engine.pipeline import lines as lines_mod
+
+    if not hyperscan:
+        monkeypatch.setattr(matcher, "hyperscan_available", lambda: False)
+    monkeypatch.setattr(lines_mod, "_rank_filter", lines_mod._rank_filter.__wrapped__)
+    rng = random.Random(3)
+    for _ in range(200):
+        texts = ["".join(rng.choice(RANK_PIECES) for _ in range(rng.randrange(0, 5))) for _ in range(30)]
+        kept = set(lines_mod.lines_naming_ranks(texts))
+        assert {i for i, t in enumerate(texts) if lines_mod.may_name_rank(t)} <= kept
+        # what it keeps beyond them names no rank
+        assert all(
+            lines_mod.parse_context(texts[i]).rank is None
+            for i in kept
+            if not lines_mod.may_name_rank(texts[i])
+        )

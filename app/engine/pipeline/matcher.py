@@ -17,7 +17,7 @@ import bisect
 import hashlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -152,24 +152,34 @@ class RegexMatcher:
 class LineFilter:
     """Which of many lines hold any of a few literals (case-sensitive), in one pass over them all.
 
-    The tail checks (signal lines, launcher tables) look at the last thousands of lines of a
-    log one by one; on a log of metric lines almost none qualify, and testing each line for
-    each literal in Python costs more than the scan of the megabyte before it. Hyperscan answers
-    for all the lines at once; without it, each line is tested as before."""
+    The tail checks (signal lines, the timeline's rank attribution) look at the last thousands
+    of lines of a log one by one; on a log of metric lines almost none qualify, and testing each
+    line for each literal in Python costs more than the scan of the megabyte before it.
+    Hyperscan answers for all the lines at once; without it, each line is tested as before.
+    `extra`: Hyperscan expressions that also pass a line (a superset is fine: callers re-check),
+    with `extra_test`, the same test on one line for the path without Hyperscan."""
 
-    def __init__(self, literals: Sequence[str]) -> None:
+    def __init__(
+        self,
+        literals: Sequence[str],
+        *,
+        extra: Sequence[str] = (),
+        extra_test: Callable[[str], bool] | None = None,
+    ) -> None:
         self._literals = tuple(literals)
+        self._extra_test = extra_test
         self._db: Any = None
         self._lock = threading.Lock()
-        if hyperscan_available() and self._literals:
+        expressions = [regex.escape(lit) for lit in self._literals] + list(extra)
+        if hyperscan_available() and expressions:
             import hyperscan as hs
 
             db = hs.Database(mode=hs.HS_MODE_BLOCK)
             db.compile(
-                expressions=[regex.escape(lit).encode() for lit in self._literals],
-                ids=list(range(len(self._literals))),
-                elements=len(self._literals),
-                flags=[0] * len(self._literals),
+                expressions=[e.encode() for e in expressions],
+                ids=list(range(len(expressions))),
+                elements=len(expressions),
+                flags=[0] * len(expressions),
             )
             db.scratch = hs.Scratch(db)
             self._db = db
@@ -178,7 +188,12 @@ class LineFilter:
         """The indices, ascending, of the lines holding at least one of the literals."""
         if self._db is None:
             lits = self._literals
-            return [i for i, line in enumerate(lines) if any(lit in line for lit in lits)]
+            test = self._extra_test
+            return [
+                i
+                for i, line in enumerate(lines)
+                if any(lit in line for lit in lits) or (test is not None and test(line))
+            ]
         data = "\n".join(lines).encode("utf-8", "surrogatepass")
         ends: list[int] = []
         with self._lock:  # one scratch space per database: scans take turns (a fraction of a ms)

@@ -400,7 +400,7 @@ _PEER_LOST = re.compile(
 
 
 def _rank_states(scans: Sequence[Any], year: int | None) -> dict[int, RankState]:
-    from app.engine.pipeline.lines import may_name_rank, parse_context
+    from app.engine.pipeline.lines import lines_naming_ranks, parse_context
 
     states: dict[int, RankState] = {}
     progress: dict[int, list[tuple[float, int, int, str]]] = defaultdict(list)
@@ -408,11 +408,15 @@ def _rank_states(scans: Sequence[Any], year: int | None) -> dict[int, RankState]
     for fi, scan in enumerate(scans):
         carried = -math.inf  # lines without a time sort after the last timed line of their file
         in_trace: set[int] = set()  # ranks inside a traceback or stack dump: its lines are not progress
-        for lineno, text in scan.tail:
+        # without a rank from its file, only lines that name one can be attributed to a rank
+        lines = (
+            scan.tail
+            if scan.rank_hint is not None
+            else [scan.tail[i] for i in lines_naming_ranks([text for _, text in scan.tail])]
+        )
+        for lineno, text in lines:
             if text.startswith(("[FR rank", "# PyTorch flight recorder")):
                 continue  # a rendered flight-recorder dump (timeline/flight.py): not the rank's output
-            if scan.rank_hint is None and not may_name_rank(text):
-                continue  # no rank on this line, none from its file: nothing to attribute it to
             ctx = parse_context(text)
             rank = ctx.rank if ctx.rank is not None else scan.rank_hint
             if rank is None:
