@@ -47,11 +47,17 @@ class Watchdog:
         with self._cond:
             token = next(self._seq)
             self._armed[token] = action
-            heapq.heappush(self._heap, (time.monotonic() + seconds, token))
+            due = time.monotonic() + seconds
+            # the thread sleeps until the earliest deadline: only one earlier than that (or the
+            # first) needs to wake it. Every statement arms one, all with the same timeout, so a
+            # wake-up per statement cost the server process a thread switch per statement
+            wake = not self._heap or due < self._heap[0][0]
+            heapq.heappush(self._heap, (due, token))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="db-deadline", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if wake:
+                self._cond.notify()
             return token
 
     def disarm(self, token: int) -> bool:
