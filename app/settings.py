@@ -269,6 +269,26 @@ class Settings(BaseSettings):
         description="A host is a suspect node when hardware-class failures hit it in this many jobs "
         "within the recurrence window.",
     )
+    backtest_ray_address: str | None = Field(
+        default=None,
+        description="Back-test rule drafts on Ray at this address (`auto`, `local`, `ray://HOST:10001` "
+        "or `HOST:PORT`, as `retriage --ray-address`) once the history holds "
+        "`backtest_ray_min_lines` signal lines: the lines are split by analysis id ranges over Ray "
+        "tasks, each reading its share from the database (same result as in process). Every node "
+        "needs logtriage and the database (PostgreSQL; a password from its own PGPASSWORD or "
+        "~/.pgpass). Unset: always in process.",
+    )
+    backtest_ray_min_lines: int = Field(
+        default=100_000,
+        ge=0,
+        description="`backtest_ray_address`: a history with fewer signal lines is back-tested in process.",
+    )
+    backtest_ray_shards: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description="`backtest_ray_address`: Ray tasks per back-test (0 = the cluster's CPUs).",
+    )
     session_secret: SecretStr | None = Field(
         default=None,
         description="Key that signs web sign-in cookies and CSRF tokens (default: a random key kept in "

@@ -3,6 +3,7 @@
 and PostgreSQL, against trivial baselines timed in the same run.
 
     python bench/backtest_bench.py [--analyses 10000] [--rounds 3] [--pg URL] [--full-signals]
+                                   [--ray ADDRESS | --ray-nodes N] [--ray-shards N]
 
 The store is filled through the path completion takes (`app.db.repo.complete_analyses`, batches
 of 500, as bench/web_bench.py does): real results of every corpus log (tests/corpus: the real,
@@ -28,7 +29,16 @@ of its logs end with no error-like line at all).
 Baselines, timed in the same rounds on the same rows: `SELECT count(*)` of analysis_signals (a
 round trip that reads nothing back), the fetch of the rows alone (`lrepo.signal_texts`, what
 every back-test reads), and a plain Python `in` scan of the fetched texts for one literal.
-Results: bench/out/backtest.json.
+
+`--ray ADDRESS` (a running cluster, or `local`), or `--ray-nodes N` (a cluster of N nodes started
+here for the run, each its own raylet, on 127.0.0.1 only, 1 CPU each: `ray.cluster_utils.Cluster`,
+as `ray start --head` plus `ray start --address` would; shut down at the end): each back-test
+also runs through `app.service.backtest_ray` (the history split by analysis id ranges over
+`--ray-shards` Ray tasks, default the cluster's CPUs, each reading its share from the
+database), alternating with the in-process one in the same rounds; every Ray result must equal
+the in-process one field for field (all but `seconds`). One untimed back-test first connects
+and warms the workers (its time is reported as the start-up).
+Results: bench/out/backtest.json (`backtest-ray.json` with `--ray`).
 """
 
 from __future__ import annotations
@@ -237,7 +247,9 @@ def pct(xs: list[float], q: float) -> float:
     return xs[i]
 
 
-def bench_db(label: str, url: str, pats: list[dict[str, Any]], rounds: int) -> dict[str, Any]:
+def bench_db(
+    label: str, url: str, pats: list[dict[str, Any]], rounds: int, ray: Any = None
+) -> dict[str, Any]:
     import regex
     from sqlalchemy import func, select
 
@@ -261,6 +273,20 @@ def bench_db(label: str, url: str, pats: list[dict[str, Any]], rounds: int) -> d
     base: dict[str, list[float]] = defaultdict(list)
     mismatches = []
     per_pattern: list[dict[str, Any]] = []
+    ray_info: dict[str, Any] = {}
+    if ray is not None:
+        from app.service import backtest_ray
+
+        t0 = time.perf_counter()  # connect, ship the task, import on the workers: untimed below
+        first = run_backtest(ctx, pattern=pats[0]["pattern"], failure_class="site.bench", ray=ray)  # type: ignore[arg-type]
+        ray_info = {
+            "first_backtest_s": round(time.perf_counter() - t0, 3),
+            "shards": first.shards,
+            "mismatches": [],
+            "nodes": Counter(),
+        }
+        if not first.shards:
+            raise SystemExit(f"{label}: the back-test did not run on Ray (see the warning above)")
     for r in range(rounds):
         for p in pats:
             t0 = time.perf_counter()
@@ -286,6 +312,21 @@ def bench_db(label: str, url: str, pats: list[dict[str, Any]], rounds: int) -> d
                     }
                 )
             per_pattern[pats.index(p)].setdefault("seconds", []).append(round(dt_, 4))
+            if ray is not None:
+                t0 = time.perf_counter()
+                on_ray = run_backtest(ctx, pattern=p["pattern"], failure_class="site.bench", ray=ray)  # type: ignore[arg-type]
+                dt_ = time.perf_counter() - t0
+                times[f"ray: {p['kind']}"].append(dt_)
+                times["ray: all"].append(dt_)
+                here, there = bt.as_dict(), on_ray.as_dict()
+                here.pop("seconds"), there.pop("seconds")
+                if here != there or on_ray.shards != first.shards:
+                    diff = [k for k in here if here[k] != there[k]]
+                    ray_info["mismatches"].append(
+                        {"pattern": p["pattern"], "fields": diff, "shards": on_ray.shards}
+                    )
+                ray_info["nodes"].update(backtest_ray.last_nodes)
+                per_pattern[pats.index(p)].setdefault("ray_seconds", []).append(round(dt_, 4))
             # baselines, same round
             t0 = time.perf_counter()
             with db.read() as s:
@@ -314,6 +355,9 @@ def bench_db(label: str, url: str, pats: list[dict[str, Any]], rounds: int) -> d
         "backtest": {k: stats(v) for k, v in times.items()},
         "baselines": {k: stats(v) for k, v in base.items()},
         "mismatches": mismatches,
+        "ray": {**ray_info, "nodes": {k[:12]: v for k, v in ray_info.get("nodes", {}).items()}}
+        if ray_info
+        else None,
         "patterns": per_pattern,
     }
 
@@ -326,7 +370,52 @@ def main() -> int:
         "--full-signals", action="store_true", help="every analysis holds the cap of 8 signal lines"
     )
     ap.add_argument("--pg", help="PostgreSQL URL (a schema of its own is made there and dropped)")
+    ap.add_argument(
+        "--ray", metavar="ADDRESS", help="also back-test on Ray at ADDRESS (host:port, auto, local)"
+    )
+    ap.add_argument(
+        "--ray-shards", type=int, default=0, help="Ray tasks per back-test (0: the cluster's CPUs)"
+    )
+    ap.add_argument(
+        "--ray-nodes", type=int, default=0, help="start a Ray cluster of N nodes on 127.0.0.1 for the run"
+    )
     args = ap.parse_args()
+    ray = None
+    ray_cluster: dict[str, Any] | None = None
+    started_cluster: Any = None
+    if args.ray_nodes:
+        from app.service.retriage import import_ray
+
+        import_ray(local=True)  # loopback only, before Ray's first import
+        from ray.cluster_utils import Cluster
+
+        t0 = time.perf_counter()
+        node = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 200 * 1024 * 1024}
+        started_cluster = Cluster(
+            initialize_head=True, connect=False, head_node_args={**node, "include_dashboard": False}
+        )
+        for _ in range(args.ray_nodes - 1):
+            started_cluster.add_node(**node)
+        args.ray = started_cluster.address
+        print(f"started {args.ray_nodes} Ray nodes at {args.ray} in {time.perf_counter() - t0:.1f} s")
+    if args.ray:
+        from app.service.backtest_ray import RayBacktest
+        from app.service.retriage import connect_ray, import_ray
+
+        ray_mod = import_ray(local=args.ray == "local")
+        t0 = time.perf_counter()
+        connect_ray(ray_mod, args.ray)
+        ray_cluster = {
+            "address": args.ray,
+            "connect_s": round(time.perf_counter() - t0, 3),
+            "nodes": [
+                {"node": n["NodeID"][:12], "ip": n["NodeManagerAddress"], "cpus": n["Resources"].get("CPU")}
+                for n in ray_mod.nodes()
+                if n["Alive"]
+            ],
+        }
+        print(f"Ray at {args.ray}: {len(ray_cluster['nodes'])} nodes {ray_cluster['nodes']}")
+        ray = RayBacktest(address=args.ray, min_lines=0, shards=args.ray_shards)
     OUT.mkdir(exist_ok=True)
     t0 = time.perf_counter()
     samples = corpus_results()
@@ -351,11 +440,16 @@ def main() -> int:
                 if pats is None:
                     pats = patterns(url)
                     print(f"{len(pats)} patterns: {Counter(p['kind'] for p in pats)}")
-                results.append(bench_db(label, url, pats, args.rounds))
+                results.append(bench_db(label, url, pats, args.rounds, ray))
         finally:
             for _label, _url, drop in dbs:
                 if drop:
                     drop()
+            if started_cluster is not None:
+                import ray as ray_mod
+
+                ray_mod.shutdown()
+                started_cluster.shutdown()
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     report = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -364,11 +458,11 @@ def main() -> int:
         "analyses": args.analyses,
         "rounds": args.rounds,
         "full_signals": args.full_signals,
+        "ray": ray_cluster,
         "results": results,
     }
-    (OUT / ("backtest-full.json" if args.full_signals else "backtest.json")).write_text(
-        json.dumps(report, indent=2, default=str)
-    )
+    name = "backtest" + ("-full" if args.full_signals else "") + ("-ray" if args.ray else "")
+    (OUT / f"{name}.json").write_text(json.dumps(report, indent=2, default=str))
     print(f"\n{report['date']}  {load}")
     for r in results:
         print(f"\n{r['db']}: {r['signal_rows']} signal rows; back-test ms (p50 / p99 / max)")
@@ -380,10 +474,20 @@ def main() -> int:
             f"  match sets differing from a plain regex over every line: {len(r['mismatches'])} "
             f"{r['mismatches']}"
         )
+        if r.get("ray"):
+            rr = r["ray"]
+            print(
+                f"  Ray: {rr['shards']} shards, tasks per node {rr['nodes']}, first back-test (warm-up) "
+                f"{rr['first_backtest_s']} s; results differing from in process: {len(rr['mismatches'])} "
+                f"{rr['mismatches'][:3]}"
+            )
         worst = sorted(r["patterns"], key=lambda p: -max(p.get("seconds") or [0]))[:3]
         for p in worst:
             print(f"  slowest: {p['kind']} matched={p['matched']} s={p.get('seconds')} {p['pattern'][:90]}")
     p99 = max(r["backtest"]["all"]["p99_ms"] for r in results)
+    if args.ray:
+        p99_ray = max(r["backtest"]["ray: all"]["p99_ms"] for r in results)
+        print(f"on Ray: worst p99 {p99_ray} ms")
     print(f"\ntarget p99 < 2000 ms: {'met' if p99 < 2000 else 'MISSED'} (worst p99 {p99} ms)")
     return 0
 

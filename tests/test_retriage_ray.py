@@ -1,9 +1,9 @@
 """Bulk re-triage on Ray gives what the in-process path gives (`logtriage retriage --ray`).
 
-Ray is an optional extra and is not installed by the dev extras or in CI: the tests that need it
-skip cleanly without it. To run them: `pip install 'logtriage[ray]'` (or `pip install 'ray>=2.9'`),
-then `python -m pytest tests/test_retriage_ray.py`. They start a private Ray instance on 127.0.0.1
-(2 CPUs, no dashboard) through the CLI, which shuts it down again.
+Ray is an optional extra for serving (`pip install 'logtriage[ray]'`) and part of the dev extras,
+so `bash scripts/setup.sh` installs it and CI runs these tests; without Ray (a serve-only venv)
+the ones that need it skip. They start a private Ray instance on 127.0.0.1 (2 CPUs, no dashboard)
+through the CLI, which shuts it down again.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ pytestmark = pytest.mark.slow
 
 needs_ray = pytest.mark.skipif(
     importlib.util.find_spec("ray") is None,
-    reason="Ray is an optional extra (pip install 'logtriage[ray]'); not installed here",
+    reason="Ray is an optional extra (pip install 'logtriage[ray]', or the dev extras); not installed here",
 )
 
 ECC_RULE = "hardware/cuda-uncorrectable-ecc.yaml"

@@ -14,9 +14,10 @@ import difflib
 import re
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.db.models import RuleDraft, SiteRule
 from app.db.repo import learn as lrepo
@@ -24,6 +25,9 @@ from app.db.repo.ids import is_valid_id, new_id
 from app.errors import ConflictError, ForbiddenError, NotFoundError, RuleError, ValidationFailedError
 from app.service.access import Principal, check_can_read
 from app.service.context import ServiceContext
+
+if TYPE_CHECKING:
+    from app.service.backtest_ray import RayBacktest
 
 __all__ = ["Backtest", "create_draft", "export_pack", "get_draft", "publish_draft", "site_rules"]
 
@@ -41,6 +45,7 @@ class Backtest:
     lines_read: int
     seconds: float
     complete: bool  # every stored line was tried (False: the oldest were beyond the limit, or time ran out)
+    shards: int = 0  # Ray tasks it ran as (0: in this process); not part of the stored result
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,7 +100,7 @@ def create_draft(
     draft.problems = lint(draft.pattern, instances=[_message(t) for t in texts], baseline=baseline)
     suggested = _suggested_class(ctx, source)
     rule = draft.as_rule(rule_id=_rule_id(draft.title), failure_class=suggested or "unknown")
-    backtest = run_backtest(ctx, pattern=draft.pattern, failure_class=rule["failure_class"])
+    backtest = run_backtest(ctx, pattern=draft.pattern, failure_class=rule["failure_class"], ray=_ray_of(ctx))
     body = {
         "rule": rule,
         "pattern": draft.pattern,
@@ -249,36 +254,48 @@ def _suggested_class(ctx: ServiceContext, source: dict[str, Any]) -> str | None:
     return cls if n * 2 > len(said) else None
 
 
+def _ray_of(ctx: ServiceContext) -> RayBacktest | None:
+    """The back-test's Ray set-up from the settings (None: LOGTRIAGE_BACKTEST_RAY_ADDRESS unset)."""
+    from app.service.backtest_ray import options_of
+
+    return options_of(ctx.settings)
+
+
 def _rule_id(title: str) -> str:
     words = re.findall(r"[a-z0-9]+", title.lower())[:6]
     return "site-" + ("-".join(words) or "rule")
 
 
-def run_backtest(ctx: ServiceContext, *, pattern: str, failure_class: str) -> Backtest:
-    """Every stored analysis a pattern matches (on its stored signal lines), and what changes."""
+def backtest_matcher(pattern: str) -> tuple[Any, list[str]]:
+    """The compiled pattern and the literals a line must hold one of (each alternative's longest
+    piece, tried with a plain `in` at C speed); no literals: every line goes through the regex."""
     import regex
 
     from app.blobstore.grams import required_literals
 
-    t0 = time.monotonic()
     rx = regex.compile(pattern)
     found = required_literals(pattern)
-    # each alternative's longest piece: a line must hold one of them (a plain `in`, C speed)
     lits = [max(alt, key=len) for alt in found[0]] if found and not found[1] else []
-    with ctx.db.read() as s:
-        # one more than the limit: whether older lines were left out
-        rows = lrepo.signal_texts(s, limit=BACKTEST_ROWS + 1)
-    complete = len(rows) <= BACKTEST_ROWS
-    rows = rows[:BACKTEST_ROWS]
+    return rx, lits
+
+
+def scan_signal_lines(
+    rows: Sequence[tuple[Any, ...]], *, rx: Any, lits: list[str], started: float, budget_s: float
+) -> tuple[list[str], int, bool]:
+    """The back-test's inner loop, the same in process and in each Ray task: rows are (analysis id,
+    position, text, ...) in the back-test's order (analysis ids descending, then position).
+    Returns the matched analysis ids in first-match order, the lines read, and whether every row
+    was read before `budget_s` (counted from `started`, time.monotonic()) ran out."""
     matched: dict[str, None] = {}
     read = 0
-    for i, (aid, _pos, text, _file, _line) in enumerate(rows):
-        if i % 4096 == 0 and time.monotonic() - t0 > BACKTEST_SECONDS:
-            complete = False  # a pattern this slow on the history: say so rather than wait
-            break
+    for i, row in enumerate(rows):
+        if i % 4096 == 0 and time.monotonic() - started > budget_s:
+            return list(matched), read, False  # a pattern this slow on the history: say so rather than wait
         read = i + 1
+        aid = row[0]
         if aid in matched:
             continue
+        text = row[2]
         if lits and not any(lit in text for lit in lits):
             continue
         try:
@@ -286,7 +303,36 @@ def run_backtest(ctx: ServiceContext, *, pattern: str, failure_class: str) -> Ba
                 matched[aid] = None
         except TimeoutError:
             pass
-    ids = list(matched)
+    return list(matched), read, True
+
+
+def run_backtest(
+    ctx: ServiceContext, *, pattern: str, failure_class: str, ray: RayBacktest | None = None
+) -> Backtest:
+    """Every stored analysis a pattern matches (on its stored signal lines), and what changes.
+
+    `ray` (``LOGTRIAGE_BACKTEST_RAY_ADDRESS``): a history of at least ``ray.min_lines`` lines is
+    split by analysis id ranges over Ray tasks, each reading its share from the database
+    (app/service/backtest_ray.py); the result is the in-process one. Without it, or for a smaller
+    history, or when Ray cannot be reached, it runs here."""
+    t0 = time.monotonic()
+    rx, lits = backtest_matcher(pattern)  # a bad pattern fails here, before any work
+    scanned = None
+    if ray is not None:
+        from app.service import backtest_ray
+
+        scanned = backtest_ray.scan(ctx.db, ray, pattern=pattern, started=t0, budget_s=BACKTEST_SECONDS)
+    if scanned is None:
+        with ctx.db.read() as s:
+            # one more than the limit: whether older lines were left out
+            rows = lrepo.signal_texts(s, limit=BACKTEST_ROWS + 1)
+        complete = len(rows) <= BACKTEST_ROWS
+        ids, read, finished = scan_signal_lines(
+            rows[:BACKTEST_ROWS], rx=rx, lits=lits, started=t0, budget_s=BACKTEST_SECONDS
+        )
+        shards = 0
+    else:
+        ids, read, complete, finished, shards = scanned
     with ctx.db.read() as s:
         classes = lrepo.classes_of(s, analysis_ids=ids)
     unknown = [a for a in ids if (classes.get(a) or (None, None))[0] in (None, "unknown")]
@@ -298,7 +344,9 @@ def run_backtest(ctx: ServiceContext, *, pattern: str, failure_class: str) -> Ba
     changes = Counter(
         f"{(classes.get(a) or ('unknown', None))[0] or 'unknown'} -> {failure_class}" for a in unknown
     )
-    return Backtest(ids, unknown, conflicts, dict(changes), read, time.monotonic() - t0, complete)
+    return Backtest(
+        ids, unknown, conflicts, dict(changes), read, time.monotonic() - t0, complete and finished, shards
+    )
 
 
 def publish_draft(
@@ -404,7 +452,9 @@ def publish_draft(
         s.flush()
     if ctx.pool.site is not None:
         ctx.pool.site.invalidate()
-    backtest = run_backtest(ctx, pattern=rule["match"]["any"][0], failure_class=str(rule["failure_class"]))
+    backtest = run_backtest(
+        ctx, pattern=rule["match"]["any"][0], failure_class=str(rule["failure_class"]), ray=_ray_of(ctx)
+    )
     return {
         "rule_id": rid,
         "version": last + 1,

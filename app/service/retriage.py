@@ -319,6 +319,37 @@ def import_ray(*, local: bool = False) -> Any:
         ) from None
 
 
+def connect_ray(ray: Any, address: str, *, num_cpus: int | None = None) -> bool:
+    """Connect this process to Ray at `address` (see ``RayOptions.address``) unless it is connected
+    already; True when this call connected (the caller then shuts it down). `num_cpus`: the CPUs
+    of a private instance (``local``; default: this machine's). Unreachable: ServiceUnavailableError.
+    """
+    if ray.is_initialized():
+        return False
+    quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
+    try:
+        if address == "local":
+            # a private instance on this machine: loopback only (see import_ray), no dashboard
+            ray.init(
+                address="local",
+                num_cpus=num_cpus or os.cpu_count() or 1,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                **quiet,
+            )
+        elif (os.environ.get("RAY_ADDRESS", "") if address == "auto" else address).startswith("ray://"):
+            # Ray Client (ray.init reads RAY_ADDRESS for "auto"): the server side owns logging
+            ray.init(address=address)
+        else:
+            ray.init(address=address, **quiet)
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+        hint = " (or --ray-address local to start one on this machine)" if address == "auto" else ""
+        raise ServiceUnavailableError(
+            f"cannot connect to Ray at {address!r}: {_first_line(exc)}{hint}"
+        ) from None
+    return True
+
+
 def ray_worker_payload(settings: Settings) -> dict[str, Any]:
     """Settings for Ray actors: absolute paths (workers have their own cwd), no database URL (workers
     never write to the database, and the URL may hold a password), one scan process per actor (Ray
@@ -411,32 +442,7 @@ class RayRunner:
         self.close()
 
     def _connect(self) -> None:
-        ray = self.ray
-        if ray.is_initialized():
-            return
-        address = self.options.address
-        quiet: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False}
-        try:
-            if address == "local":
-                # a private instance on this machine: loopback only (see import_ray), no dashboard
-                ray.init(
-                    address="local",
-                    num_cpus=self.options.workers or os.cpu_count() or 1,
-                    include_dashboard=False,
-                    _node_ip_address="127.0.0.1",
-                    **quiet,
-                )
-            elif (os.environ.get("RAY_ADDRESS", "") if address == "auto" else address).startswith("ray://"):
-                # Ray Client (ray.init reads RAY_ADDRESS for "auto"): the server side owns logging
-                ray.init(address=address)
-            else:
-                ray.init(address=address, **quiet)
-        except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
-            hint = " (or --ray-address local to start one on this machine)" if address == "auto" else ""
-            raise ServiceUnavailableError(
-                f"cannot connect to Ray at {address!r}: {_first_line(exc)}{hint}"
-            ) from None
-        self._connected_here = True
+        self._connected_here = connect_ray(self.ray, self.options.address, num_cpus=self.options.workers)
 
     def _start_workers(self, expected_library: str) -> None:
         ray = self.ray
