@@ -57,6 +57,14 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
+def _gcd(a: int, b: int) -> int:
+    return math.gcd(int(a), int(b))
+
+
+def _lcm(a: int, b: int) -> int:
+    return math.lcm(int(a), int(b))
+
+
 def _upper(s: object) -> str:
     return str(s).upper()
 
@@ -72,6 +80,8 @@ _FUNCS: dict[str, Callable[..., Any]] = {
     "round": round,
     "ceil_div": _ceil_div,
     "pow2_at_least": _pow2_at_least,
+    "gcd": _gcd,
+    "lcm": _lcm,
     "upper": _upper,
 }
 
