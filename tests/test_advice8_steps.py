@@ -211,3 +211,21 @@ def test_a_collective_one_rank_never_reached_is_investigated(analyze: Analyze) -
         "600012 milliseconds before timing out.\n"
     )
     assert one.action is not None and one.action.decision == "retry"
+
+
+# round 1's regrade: a log whose watchdog printed the failed collective's stack has the recorder on
+
+
+def test_a_printed_collective_stack_means_the_flight_recorder_is_on(analyze: Analyze) -> None:
+    a = _set(analyze, "r-primerl-pr3186-ep-alltoall-timeout-rank13.log")
+    f = _root(a, "nccl-watchdog-collective-timeout")
+    assert not [p for p in f.patches if p.path == ["TORCH_NCCL_TRACE_BUFFER_SIZE"]]
+    assert "Turn on the flight recorder" not in f.remediation
+    assert "The flight recorder is already on" in f.remediation
+    # "not found, potentially because FlightRecorder is disabled": still told to turn it on
+    off = _root(
+        _fixture(analyze, "nccl", "nccl-watchdog-collective-timeout.match-startup.log"),
+        "nccl-watchdog-collective-timeout",
+    )
+    assert [p for p in off.patches if p.path == ["TORCH_NCCL_TRACE_BUFFER_SIZE"]]
+    assert "Turn on the flight recorder" in off.remediation
