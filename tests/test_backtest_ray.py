@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from app.db.session import Database
-from app.service import backtest_ray, drafts
+from app.service import backtest_ray, backtest_scan, drafts
 from app.service.backtest_ray import RayBacktest, Shard, backtest_shard, line_counts, split
 from app.service.drafts import Backtest, run_backtest
 from tests.conftest import ROOT
@@ -81,6 +81,12 @@ def _history(tmp_path: Path, n: int = 60) -> tuple[str, list[str]]:
     return url, backtest_bench.seed(url, items)
 
 
+def _limit(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
+    """The back-test's row limit, for both paths (each module holds the name it reads)."""
+    monkeypatch.setattr(drafts, "BACKTEST_ROWS", rows)
+    monkeypatch.setattr(backtest_scan, "BACKTEST_ROWS", rows)
+
+
 def _same(a: Backtest, b: Backtest) -> dict[str, Any]:
     da, db_ = a.as_dict(), b.as_dict()
     da.pop("seconds"), db_.pop("seconds")
@@ -117,7 +123,7 @@ def test_the_shard_task_concatenated_is_the_in_process_scan(
     db = Database(url)
     try:
         for limit in (100_000, 37):  # 37: the limit cuts an analysis short
-            monkeypatch.setattr(drafts, "BACKTEST_ROWS", limit)
+            _limit(monkeypatch, limit)
             with db.read() as s:
                 plan = split(line_counts(s), shards=4, limit=limit)
             for pattern in PATTERNS:
@@ -170,7 +176,7 @@ def test_the_back_test_on_two_ray_nodes_is_the_in_process_one(
     on_ray = RayBacktest(address=two_nodes.address, min_lines=0, shards=3)
     try:
         for limit in (100_000, 37):
-            monkeypatch.setattr(drafts, "BACKTEST_ROWS", limit)
+            _limit(monkeypatch, limit)
             for pattern in PATTERNS:
                 here = run_backtest(ctx, pattern=pattern, failure_class="site.x")
                 there = run_backtest(ctx, pattern=pattern, failure_class="site.x", ray=on_ray)
@@ -179,7 +185,7 @@ def test_the_back_test_on_two_ray_nodes_is_the_in_process_one(
                 assert got["complete"] is (limit == 100_000)
                 assert len(set(backtest_ray.last_nodes)) == 2  # both nodes took a share
         assert got["lines_read"] == 37
-        monkeypatch.setattr(drafts, "BACKTEST_ROWS", 100_000)
+        _limit(monkeypatch, 100_000)
         every = run_backtest(ctx, pattern=PATTERNS[2], failure_class="site.x", ray=on_ray)
         assert len(every.analysis_ids) == 60 and every.conflicts and every.changes
         # a history smaller than min_lines stays in process

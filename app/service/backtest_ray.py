@@ -141,7 +141,7 @@ _DBS: dict[str, Database] = {}  # per Ray worker process: one engine per databas
 
 @functools.lru_cache(maxsize=32)
 def _matcher(pattern: str) -> tuple[Any, list[str]]:
-    from app.service.drafts import backtest_matcher
+    from app.service.backtest_scan import backtest_matcher
 
     return backtest_matcher(pattern)
 
@@ -151,7 +151,7 @@ def backtest_shard(url: str, pattern: str, shard: Shard, budget_s: float) -> tup
     lines read, whether it finished within `budget_s`, and the node it ran on."""
     started = time.monotonic()
     from app.db.session import Database
-    from app.service.drafts import scan_signal_lines
+    from app.service.backtest_scan import scan_signal_lines
 
     db = _DBS.get(url)
     if db is None:
@@ -189,7 +189,7 @@ def scan(
     db: Database, options: RayBacktest, *, pattern: str, started: float, budget_s: float
 ) -> Scanned | None:
     """The back-test's scan on Ray; None: run it in process (a small history, or Ray failed)."""
-    from app.service.drafts import BACKTEST_ROWS
+    from app.service.backtest_scan import BACKTEST_ROWS
 
     with db.read() as s:
         counts = line_counts(s)

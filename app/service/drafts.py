@@ -14,7 +14,6 @@ import difflib
 import re
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from app.db.repo import learn as lrepo
 from app.db.repo.ids import is_valid_id, new_id
 from app.errors import ConflictError, ForbiddenError, NotFoundError, RuleError, ValidationFailedError
 from app.service.access import Principal, check_can_read
+from app.service.backtest_scan import BACKTEST_ROWS, backtest_matcher, scan_signal_lines
 from app.service.context import ServiceContext
 
 if TYPE_CHECKING:
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["Backtest", "create_draft", "export_pack", "get_draft", "publish_draft", "site_rules"]
 
 MAX_LINES = 50
-BACKTEST_ROWS = 400_000  # signal lines read for one back-test (newest first)
 BACKTEST_SECONDS = 10.0  # a pattern slower than this on the history is cut short, and says so
 
 
@@ -264,46 +263,6 @@ def _ray_of(ctx: ServiceContext) -> RayBacktest | None:
 def _rule_id(title: str) -> str:
     words = re.findall(r"[a-z0-9]+", title.lower())[:6]
     return "site-" + ("-".join(words) or "rule")
-
-
-def backtest_matcher(pattern: str) -> tuple[Any, list[str]]:
-    """The compiled pattern and the literals a line must hold one of (each alternative's longest
-    piece, tried with a plain `in` at C speed); no literals: every line goes through the regex."""
-    import regex
-
-    from app.blobstore.grams import required_literals
-
-    rx = regex.compile(pattern)
-    found = required_literals(pattern)
-    lits = [max(alt, key=len) for alt in found[0]] if found and not found[1] else []
-    return rx, lits
-
-
-def scan_signal_lines(
-    rows: Sequence[tuple[Any, ...]], *, rx: Any, lits: list[str], started: float, budget_s: float
-) -> tuple[list[str], int, bool]:
-    """The back-test's inner loop, the same in process and in each Ray task: rows are (analysis id,
-    position, text, ...) in the back-test's order (analysis ids descending, then position).
-    Returns the matched analysis ids in first-match order, the lines read, and whether every row
-    was read before `budget_s` (counted from `started`, time.monotonic()) ran out."""
-    matched: dict[str, None] = {}
-    read = 0
-    for i, row in enumerate(rows):
-        if i % 4096 == 0 and time.monotonic() - started > budget_s:
-            return list(matched), read, False  # a pattern this slow on the history: say so rather than wait
-        read = i + 1
-        aid = row[0]
-        if aid in matched:
-            continue
-        text = row[2]
-        if lits and not any(lit in text for lit in lits):
-            continue
-        try:
-            if rx.search(text, timeout=0.05) is not None:
-                matched[aid] = None
-        except TimeoutError:
-            pass
-    return list(matched), read, True
 
 
 def run_backtest(
