@@ -229,3 +229,16 @@ def test_a_printed_collective_stack_means_the_flight_recorder_is_on(analyze: Ana
     )
     assert [p for p in off.patches if p.path == ["TORCH_NCCL_TRACE_BUFFER_SIZE"]]
     assert "Turn on the flight recorder" in off.remediation
+
+
+def test_the_first_bad_step_is_the_earliest_step_not_the_earliest_line(analyze: Analyze) -> None:
+    a = _set(analyze, "s-automodel-1883-fsdp2-sdpa-bs2-nan.log")
+    # a summary line above the metrics names step 12's loss; grad norm was NaN at step 11
+    assert "`grad_norm` was `nan` first at step 11" in _root(a, "metric-not-finite").remediation
+    # two ranks' lines interleaved: rank 1 printed step 8's NaN after rank 0's step 9
+    log = (
+        "[rank0]: step 7 | loss 2.10 | grad_norm 1.20\n"
+        "[rank0]: step 9 | loss nan | grad_norm 1.30\n"
+        "[rank1]: step 8 | loss 2.00 | grad_norm nan\n"
+    )
+    assert "`grad_norm` was `nan` first at step 8" in _root(analyze(log), "metric-not-finite").remediation

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from app.engine.pipeline.findings import HitRecord, RuleMatch
 from app.engine.pipeline.lines import parse_context
 
 if TYPE_CHECKING:
     from app.engine.pipeline.library import Rule
+    from app.engine.pipeline.metrics import MetricIssue
     from app.engine.pipeline.rank import Ranked
     from app.engine.pipeline.scan import FileScan
     from app.engine.timeline.model import Timeline
@@ -66,6 +67,8 @@ def _metric(issue_kind: str) -> Evaluator:
         if rule.failure_class in inp.seen:
             return None
         m = RuleMatch(rule=rule, confidence=rule.confidence, signatures=["metrics"])
+        told: MetricIssue | None = None  # the issue the captures describe
+        earliest: MetricIssue | None = None  # the one at the earliest step
         for fi, scan in enumerate(inp.scans):
             issues = [(i, text) for i, text in scan.metric_issues if i.kind == issue_kind]
             if not issues:
@@ -86,15 +89,24 @@ def _metric(issue_kind: str) -> Evaluator:
                     m.hosts.add(ctx.where)
                 if (fi, issue.line) < m.first:
                     m.first = (fi, issue.line)
-                    m.captures = {
-                        "metric": issue.name,
-                        "value": f"{issue.value:g}",
-                        **({"step": str(issue.step)} if issue.step is not None else {}),
-                        **({"baseline": f"{issue.baseline:g}"} if issue.baseline is not None else {}),
-                    }
+                    told = issue
                 m.last = max(m.last, (fi, issue.line))
+                if issue.step is not None and (earliest is None or issue.step < cast(int, earliest.step)):
+                    earliest = issue
         if not m.count:
             return None
+        # the first bad step is what the advice is about ("resume from before it"): where the
+        # issues name steps, the earliest step, which need not be the earliest line (a summary
+        # line above the metrics, ranks' files interleaved); else the earliest line
+        if told is not None:
+            if told.step is not None and earliest is not None and earliest.step != told.step:
+                told = earliest
+            m.captures = {
+                "metric": told.name,
+                "value": f"{told.value:g}",
+                **({"step": str(told.step)} if told.step is not None else {}),
+                **({"baseline": f"{told.baseline:g}"} if told.baseline is not None else {}),
+            }
         m.evidence = m.evidence[:4]
         return m
 
