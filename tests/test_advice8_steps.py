@@ -244,3 +244,15 @@ def test_the_first_bad_step_is_the_earliest_step_not_the_earliest_line(analyze: 
         "[rank1]: step 8 | loss 2.00 | grad_norm nan\n"
     )
     assert "`grad_norm` was `nan` first at step 8" in _root(analyze(log), "metric-not-finite").remediation
+
+
+def test_verl_seeing_a_whole_fraction_of_its_gpus_is_told_to_join_the_cluster(analyze: Analyze) -> None:
+    f = _root(_set(analyze, "r-verl-3358-gpus-16-of-32.log"), "ray-infeasible-resource-request")
+    assert "verl sees 16.0 GPUs and wants 32: an exact fraction" in f.remediation
+    assert "`RAY_ADDRESS=auto`" in f.remediation
+    # not a whole fraction (12 of 16): no step about missing nodes
+    other = analyze(
+        "ValueError: Total available GPUs 12.0 is less than total desired GPUs 16\n"
+        '  File "/home/verl/verl/trainer/ppo/ray_trainer.py", line 134, in _check_resource_available\n'
+    )
+    assert other.root_cause is not None and "an exact fraction" not in other.root_cause.remediation
