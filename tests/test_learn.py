@@ -264,3 +264,14 @@ def test_named_failures_are_triaged_as_groups_on_their_page(client: httpx.Client
     assert f'id="{cid}"' not in client.get("/groups", headers=html).text  # open only, by default
     assert client.get("/groups", params={"status": "done"}, headers=html).status_code == 422
     assert 'href="/groups"' in client.get("/analyses", headers=html).text
+
+
+def test_a_group_shows_each_sample_line_once(client: httpx.Client) -> None:
+    """Samples show how a failure's line varies; the same line from three jobs says it once."""
+    same = "[rank0]: BlorpStallError: the blorp queue stalled at its last stage\n"
+    ids = [post(client, training_log(same, job=f"blorp-{n}"), job_id=f"blorp-{n}")["id"] for n in range(3)]
+    r = client.get("/api/v1/clusters", params={"unknown": "true"})
+    assert r.status_code == 200, r.text
+    group = next(c for c in r.json()["items"] if ids[0] in c["analysis_ids"])
+    assert group["count"] == 3
+    assert [s["text"] for s in group["samples"]] == [same.rstrip("\n")]

@@ -178,9 +178,11 @@ def list_clusters(
             continue
         times = [b.created_at for b in members_info]
         samples = []
+        shown_texts: set[str] = set()  # the same line from several analyses says nothing new
         for a in g.members[:SAMPLES]:
-            if sigs.get(a):
+            if sigs.get(a) and sigs[a][0].text not in shown_texts:
                 first = sigs[a][0]
+                shown_texts.add(first.text)
                 samples.append(Sample(a, first.file, positions.get((a, first.file)), first.line, first.text))
         classes: dict[str, int] = {}
         for b in members_info:
