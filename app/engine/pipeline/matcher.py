@@ -157,7 +157,9 @@ class LineFilter:
     line for each literal in Python costs more than the scan of the megabyte before it.
     Hyperscan answers for all the lines at once; without it, each line is tested as before.
     `extra`: Hyperscan expressions that also pass a line (a superset is fine: callers re-check),
-    with `extra_test`, the same test on one line for the path without Hyperscan."""
+    with `extra_test`, the same test on one line for the path without Hyperscan. The lines are
+    searched joined by newlines: an expression must not match a newline, or a hit would be
+    counted on the line after it."""
 
     def __init__(
         self,
