@@ -70,7 +70,13 @@ class BlobStore(Protocol):
     tmp_dir: Path  # local staging (pending blobs, re-triage work files)
     location: str  # for messages: a directory or an s3:// URL
 
-    def writer(self) -> BlobWriter: ...
+    def writer(self, *, size: int | None = None, sync: bool = False) -> BlobWriter:
+        """A staging writer. `size`, when the content's length is known, lets a blob that fits
+        one frame skip the search filters it would not keep; `sync` asks a local store to fsync
+        the staged file as it finishes (a writer off the answer's path: the commit then finds
+        nothing left to write)."""
+        ...
+
     def commit(self, pending: PendingBlob) -> bool: ...
     def discard(self, pending: PendingBlob) -> None: ...
     def open(self, sha256: str) -> BinaryIO: ...
@@ -132,9 +138,20 @@ class StagingWriter:
     """
 
     def __init__(
-        self, tmp_dir: Path, *, frame_bytes: int = FRAME_BYTES, grams: bool = True, gram_bits: int = 0
+        self,
+        tmp_dir: Path,
+        *,
+        frame_bytes: int = FRAME_BYTES,
+        grams: bool = True,
+        gram_bits: int = 0,
+        size: int | None = None,
+        sync: bool = False,
     ) -> None:
         import zstandard
+
+        self._sync = sync
+        if size is not None and size <= frame_bytes:
+            grams = False  # one frame: `finish` would drop them (a search reads it whole anyway)
 
         tmp_dir.mkdir(parents=True, exist_ok=True)
         self.path = tmp_dir / f"blob-{os.getpid()}-{secrets.token_hex(8)}.zst.part"
@@ -203,7 +220,9 @@ class StagingWriter:
                 end = (data_end,)
             self._grams_fh.close()
             self._grams_path.unlink(missing_ok=True)
-        self._fh.flush()  # not fsynced: `commit` does, as it puts the blob in place
+        self._fh.flush()
+        if self._sync:
+            os.fsync(self._fh.fileno())  # not by default: a duplicate's copy is dropped unsynced
         stored = self._fh.tell()
         self._fh.close()
         self._done = True

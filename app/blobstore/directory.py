@@ -22,8 +22,8 @@ class DirectoryBlobStore:
     def path_of(self, sha256: str) -> Path:
         return self.root / blob_key(sha256)
 
-    def writer(self) -> StagingWriter:
-        return StagingWriter(self.tmp_dir)
+    def writer(self, *, size: int | None = None, sync: bool = False) -> StagingWriter:
+        return StagingWriter(self.tmp_dir, size=size, sync=sync)
 
     def commit(self, pending: PendingBlob) -> bool:
         final = self.path_of(pending.sha256)

@@ -160,8 +160,8 @@ class S3BlobStore:
 
     # -- the BlobStore protocol -----------------------------------------------------------------
 
-    def writer(self) -> StagingWriter:
-        return StagingWriter(self.tmp_dir)
+    def writer(self, *, size: int | None = None, sync: bool = False) -> StagingWriter:
+        return StagingWriter(self.tmp_dir, size=size)  # uploaded from the page cache: no fsync
 
     def commit(self, pending: PendingBlob) -> bool:
         """Upload a staged blob unless it is there already; True when this call stored it."""

@@ -50,6 +50,7 @@ __all__ = [
     "read_config",
     "redact_bytes",
     "redact_upload",
+    "stage_bytes",
 ]
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -271,24 +272,10 @@ def redact_upload(
     return RedactedUpload(opened, writer, name=f.name, tmp=tmp, counts=counts)
 
 
-def _redact_one(
-    data: bytes, store: BlobStore, counts: Counter[str] | None = None
-) -> tuple[PendingBlob, bytes]:
-    """Redact a log held in memory into a pending blob; the redacted text comes back too."""
-    chunks: list[bytes] = []
-    with store.writer() as w:
-        for chunk in redact_stream(io.BytesIO(data), counts=counts):
-            w.write(chunk)
-            chunks.append(chunk)
-        return w.finish(), b"".join(chunks)
-
-
-def redact_bytes(
-    name: str, data: bytes, store: BlobStore, budget: ByteBudget, *, counts: Counter[str] | None = None
-) -> tuple[PendingBlob, bytes]:
-    """A small plain upload that arrived in memory: checked (text samples over all of it),
-    redacted and staged; the redacted text is scanned from memory. A PyTorch flight-recorder
-    dump (a pickle) is stored and scanned as its text rendition (app.engine.timeline.flight)."""
+def redact_bytes(name: str, data: bytes, budget: ByteBudget, *, counts: Counter[str] | None = None) -> bytes:
+    """A small plain upload that arrived in memory, checked (text samples over all of it) and
+    redacted; `stage_bytes` stores the result. A PyTorch flight-recorder dump (a pickle) is
+    stored and scanned as its text rendition (app.engine.timeline.flight)."""
     from app.engine.timeline import flight
 
     rendered = flight.as_text(data, rank=rank_from_name(name)) if data[:1] == b"\x80" else None
@@ -300,7 +287,16 @@ def redact_bytes(
     if not data:
         raise InputError(f"{name}: the log is empty")
     budget.take(len(data), name)
-    return _redact_one(data, store, counts)
+    return b"".join(redact_stream(io.BytesIO(data), counts=counts))
+
+
+def stage_bytes(store: BlobStore, data: bytes) -> PendingBlob:
+    """Redacted bytes held in memory as a pending blob (compressed, hashed, not yet committed).
+    Synced here: it runs beside the scan (`app.service.worker`), so its commit on the way to the
+    answer no longer waits for the disk."""
+    with store.writer(size=len(data), sync=True) as w:
+        w.write(data)
+        return w.finish()
 
 
 def read_config(f: InputFile, *, counts: Counter[str] | None = None) -> str:

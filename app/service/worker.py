@@ -6,12 +6,15 @@ They run wherever the library is compiled once and reused: a spawned scan proces
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import os
 import re
 import shutil
+import threading
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,7 @@ from app.service.redaction import (
     read_config,
     redact_bytes,
     redact_upload,
+    stage_bytes,
 )
 from app.settings import Settings
 
@@ -180,6 +184,20 @@ def count_markers(path: Path) -> Counter[str]:
     return counts
 
 
+_STAGER: ThreadPoolExecutor | None = None
+_STAGER_LOCK = threading.Lock()
+
+
+def _stager() -> ThreadPoolExecutor:
+    """One thread per process that stages in-memory uploads beside their scan: zstd and sha256
+    let go of the GIL, so a hook's stored copy costs its scan no time when a core is free."""
+    global _STAGER
+    with _STAGER_LOCK:
+        if _STAGER is None:
+            _STAGER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stage-blob")
+        return _STAGER
+
+
 def scan_upload(job: ScanJob, state: WorkerState | None = None) -> ScanOutcome | JobError:
     """Worker: each upload is read once: decompressed, checked, redacted into a pending blob
     and scanned from the same pass (`redact_upload`); then triaged."""
@@ -189,17 +207,20 @@ def scan_upload(job: ScanJob, state: WorkerState | None = None) -> ScanOutcome |
     tmp = TmpBudget(st.settings.max_tmp_bytes, spooled=sum(f.size for f in job.files if f.data is None))
     pending: list[PendingBlob] = []
     streams: list[RedactedUpload] = []
+    staging: list[Future[PendingBlob]] = []
     redactions: Counter[str] = Counter()
     try:
         sources: list[Source] = []
-        # per file, in order: its blob (staged already) or the stream that stages it as it is scanned
-        parts: list[PendingBlob | RedactedUpload] = []
+        # per file, in order: its blob (staged already, or being staged) or the stream that
+        # stages it as it is scanned
+        parts: list[PendingBlob | RedactedUpload | Future[PendingBlob]] = []
         for f in job.files:
             rank = rank_from_name(f.name)
             if f.data is not None and not f.data.startswith((GZIP_MAGIC, ZSTD_MAGIC)):
-                blob, redacted = redact_bytes(f.name, f.data, st.store, budget, counts=redactions)
-                pending.append(blob)
-                parts.append(blob)
+                redacted = redact_bytes(f.name, f.data, budget, counts=redactions)
+                staged = _stager().submit(stage_bytes, st.store, redacted)
+                staging.append(staged)
+                parts.append(staged)
                 sources.append(Source(name=f.name, stream=io.BytesIO(redacted), rank_hint=rank))
             else:
                 stream = redact_upload(f, st.store, budget, guard=guard, tmp=tmp, counts=redactions)
@@ -233,6 +254,10 @@ def scan_upload(job: ScanJob, state: WorkerState | None = None) -> ScanOutcome |
                     part.abort()
                     raise
                 pending.append(blob)
+            elif isinstance(part, Future):
+                staging.remove(part)
+                blob = part.result()  # a failed staging discarded its own file
+                pending.append(blob)
             else:
                 blob = part
             stored.append(StoredFile(f.name, blob))
@@ -246,16 +271,24 @@ def scan_upload(job: ScanJob, state: WorkerState | None = None) -> ScanOutcome |
             config=config_stored,
         )
     except LogtriageError as exc:
-        _discard(st, pending, streams)
+        _discard(st, pending, streams, staging)
         return JobError.of(exc)
     except BaseException:
-        _discard(st, pending, streams)
+        _discard(st, pending, streams, staging)
         raise
 
 
-def _discard(st: WorkerState, pending: list[PendingBlob], streams: list[RedactedUpload]) -> None:
+def _discard(
+    st: WorkerState,
+    pending: list[PendingBlob],
+    streams: list[RedactedUpload],
+    staging: list[Future[PendingBlob]],
+) -> None:
     for s in streams:
         s.abort()
+    for fut in staging:  # waited for: its file must not outlive the job
+        with contextlib.suppress(Exception):  # a failed staging removed its own file
+            pending.append(fut.result())
     for p in pending:
         st.store.discard(p)
 
