@@ -1,0 +1,56 @@
+"""Advice of the ninth blind set's first round (tests/corpus/advice9): the wrong items and the
+unknowns fixed, each read from the set's log and, where the other side can be shown, from a rule
+fixture or a small synthetic log that keeps the old advice."""
+
+from __future__ import annotations
+
+from app.engine.models import Analysis, Finding
+from tests.conftest import ROOT, Analyze
+
+RULES = ROOT / "rules"
+SET = ROOT / "tests" / "corpus" / "advice9"
+
+
+def _set(analyze: Analyze, name: str) -> Analysis:
+    path = SET / name
+    return analyze(path.read_bytes(), name=path.name)
+
+
+def _fixture(analyze: Analyze, area: str, name: str) -> Analysis:
+    path = RULES / area / name
+    return analyze(path.read_bytes(), name=path.name)
+
+
+def _root(a: Analysis, rule_id: str) -> Finding:
+    assert a.root_cause is not None and a.root_cause.rule_id == rule_id
+    return a.root_cause
+
+
+# the NCCL unique id that rank 0 never published: rank 0 is where to look, not the network
+
+
+def test_a_missing_nccl_unique_id_points_at_rank_0_and_is_investigated(analyze: Analyze) -> None:
+    a = _set(analyze, "u-recbole-2069-ncclUniqueId-store-timeout.log")
+    f = _root(a, "dist-rendezvous-timeout")
+    text = f.remediation
+    assert "Rank 5 waited for rank 0 to put the NCCL unique id in the store (key '0')" in text
+    assert "(Socket Timeout)" in text and "ddp_timeout" in text
+    # every rank had met at the store: not the missing-process reading, nor stale launchers
+    assert "Count the ranks that started" not in text and "Clear leftovers" not in text
+    assert a.action is not None and a.action.decision == "investigate"
+    assert "Rank 0 never put the NCCL unique id" in a.action.why[0]
+
+
+def test_older_torch_spelling_and_a_store_that_went_away(analyze: Analyze) -> None:
+    old = _fixture(analyze, "dist", "dist-rendezvous-timeout.match-nccl-unique-id-old.log")
+    assert "Rank 3 waited for rank 0" in _root(old, "dist-rendezvous-timeout").remediation
+    gone = analyze(
+        "[rank3]: torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving "
+        "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: "
+        "Connection reset by peer\n"
+    )
+    f = _root(gone, "dist-rendezvous-timeout")
+    assert "lost the store while it waited for rank 0's NCCL unique id (Connection reset by peer)" in f.remediation
+    assert "Rank 3 waited" not in f.remediation
+    # the store went away: no claim that rank 0 never reached its collective, so no investigate
+    assert gone.action is not None and gone.action.decision == "retry"
