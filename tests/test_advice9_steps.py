@@ -50,7 +50,10 @@ def test_older_torch_spelling_and_a_store_that_went_away(analyze: Analyze) -> No
         "Connection reset by peer\n"
     )
     f = _root(gone, "dist-rendezvous-timeout")
-    assert "lost the store while it waited for rank 0's NCCL unique id (Connection reset by peer)" in f.remediation
+    assert (
+        "lost the store while it waited for rank 0's NCCL unique id (Connection reset by peer)"
+        in f.remediation
+    )
     assert "Rank 3 waited" not in f.remediation
     # the store went away: no claim that rank 0 never reached its collective, so no investigate
     assert gone.action is not None and gone.action.decision == "retry"
