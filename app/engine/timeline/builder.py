@@ -12,7 +12,8 @@ and last completed work. Then:
 - ranks blocked on *different* sequence numbers: one rank issued fewer (or more) collectives than
   the others: a collective was skipped (or added) on it, also a code desync; the rank that issued
   fewer is named;
-- every rank still on its first collective (last completed -1): rendezvous or network;
+- every rank still on its first collective (last completed -1): a peer that never reached it, or
+  NCCL's transport between the GPUs (the rendezvous had worked: the group exists);
 - every rank on the same collective, same op and size: the job waited for something outside these
   lines (a straggler or a dead rank elsewhere, hardware or network); the ranks that never reported
   a timeout, or went silent first, are named.
@@ -215,8 +216,10 @@ def judge_collectives(
                 out.append(
                     Verdict(
                         "first_collective",
-                        f"the first collective (sequence {seq}) never completed on any rank: the ranks never "
-                        "connected (rendezvous, network interface or firewall), not the model code",
+                        f"the first collective (sequence {seq}) never completed on any rank that reports it: "
+                        "the process group was set up and the work enqueued, so the rendezvous had worked; "
+                        "a peer never reached this collective (it failed or hung before it) or NCCL could "
+                        "not move data between the GPUs (its transport: P2P, shared memory or the network)",
                         [],
                         seq=seq,
                         evidence=ev,
