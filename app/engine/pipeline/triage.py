@@ -572,7 +572,12 @@ def triage(
         if spec.value is not None:
             # a fact it needs is not in the log (or not a number): no value
             with contextlib.suppress(Missing, ExprError, TypeError, ValueError, ZeroDivisionError):
-                facts[spec.name] = v = evaluate_expression(spec.value, Scope(facts=facts))
+                v = evaluate_expression(spec.value, Scope(facts=facts))
+                if v is None:
+                    # the expression's own "no value here" (a ratio offered only where it means
+                    # something): absent, like a fact whose inputs the log lacks
+                    continue
+                facts[spec.name] = v
                 if isinstance(v, str | int | float | bool):
                     shown = _shown(spec.name, v, sizes)
                     fact_list.append(
