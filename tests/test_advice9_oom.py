@@ -70,15 +70,16 @@ def test_a_small_cache_on_a_full_gpu_is_not_fragmentation_hf_flags(analyze: Anal
 
 def test_a_small_cache_on_a_full_gpu_is_not_fragmentation_megatron(analyze: Analyze) -> None:
     a = _set(analyze, "u-megatron-525-gpt2-large-v100-oom.log")
-    assert a.framework is not None and a.framework.name == "megatron"
+    # only the reporter's prose and links name Megatron-LM: nothing Megatron prints, so no flags
+    assert a.framework is None or a.framework.name != "megatron"
     f = _root(a)
     text = f.remediation
     assert not f.patches
     assert not any(k in text for k in ALLOCATOR_KNOBS), text
     assert "sits in cached blocks" not in text and "`torch.cuda.empty_cache()`" not in text
     assert "live tensors hold 28.8 GiB of the 30.0 GiB" in text and "1.2 GiB (3.8%)" in text
-    assert "`--recompute-activations`" in text and "`--recompute-granularity full" in text
-    assert "smaller `--micro-batch-size` with the same `--global-batch-size`" in text
+    assert "--recompute-activations" not in text and "--micro-batch-size" not in text
+    assert "a smaller micro batch or fewer tokens per GPU, activation recomputation" in text
 
 
 @pytest.mark.parametrize(
@@ -161,7 +162,7 @@ def test_megatron_recomputation_follows_what_the_dump_shows(analyze: Analyze) ->
     )
     none = _root(analyze(dump.format("None") + oom)).remediation
     assert "`--recompute-activations` (selective" in none
-    # prose that names Megatron without a link into a Megatron-LM checkout is no Megatron job
+    # prose that names Megatron is no Megatron job
     prose = analyze("why does Megatron need so much memory?\n" + oom)
     assert prose.framework is None or prose.framework.name != "megatron"
     assert "--recompute-activations" not in _root(prose).remediation
