@@ -25,4 +25,8 @@ elif args[:1] == ["requeue"]:
     state["requeued"] = state.get("requeued", 0) + 1
 else:
     sys.exit(f"fake scontrol: unknown {args}")
-state_path.write_text(json.dumps(state))
+# replaced whole, never rewritten in place: the test polls this file while the epilog runs, and a
+# read between the truncation and the write found it empty
+tmp = state_path.with_name(f"{state_path.name}.{os.getpid()}.tmp")
+tmp.write_text(json.dumps(state))
+os.replace(tmp, state_path)
