@@ -50,6 +50,9 @@ class Finding(BaseModel):
     captures: dict[str, str]
     ranks: list[int]
     hosts: list[str]
+    # occurrences Ray's log dedup folded into the evidence lines ("[repeated 27x across cluster]"):
+    # printed by other processes too, whose ranks and hosts `ranks` and `hosts` cannot list
+    ranks_folded: int = 0
     remediation: str
     patches: list[Patch]
     explained_by: str | None = None  # rule id of the finding this one is a symptom of

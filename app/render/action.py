@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DECISION_LABELS", "headline"]
+__all__ = ["DECISION_LABELS", "folded_note", "headline"]
 
 DECISION_LABELS = {
     "retry": "Retry",
@@ -39,3 +39,11 @@ def headline(action: Any) -> str:
     if decision == "stop":
         return "Stop: do not rerun the job until someone has acted on the cause."
     return "Investigate before rerunning: the log does not say whether a rerun would pass."
+
+
+def folded_note(n: int) -> str:
+    """What a finding's ranks leave out when Ray's log dedup folded its lines together."""
+    return (
+        f"Ray's log dedup folded {n} alike lines into these (`[repeated {n}x across cluster]`): "
+        "more processes printed it than the ranks listed"
+    )

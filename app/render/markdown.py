@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.engine.models import Analysis, Finding
 from app.engine.pipeline.patches import ray_env_block
-from app.render.action import DECISION_LABELS, headline
+from app.render.action import DECISION_LABELS, folded_note, headline
 from app.render.timeline_table import clock_notes, rows
 
 
@@ -21,7 +21,10 @@ def _finding_md(f: Finding, *, level: str) -> list[str]:
     )
     if f.ranks or f.hosts:
         out.append("")
-        out.append(f"ranks: {', '.join(map(str, f.ranks)) or '-'} · hosts: {', '.join(f.hosts) or '-'}")
+        line = f"ranks: {', '.join(map(str, f.ranks)) or '-'} · hosts: {', '.join(f.hosts) or '-'}"
+        if f.ranks_folded:
+            line += f" · {folded_note(f.ranks_folded)}"
+        out.append(line)
     if f.evidence:
         out.append("")
         out.append(_fence("\n".join(f"{e.file}:{e.line}: {e.text}" for e in f.evidence)))

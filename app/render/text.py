@@ -7,7 +7,7 @@ import textwrap
 
 from app.engine.models import Analysis, Finding, Patch
 from app.engine.pipeline.patches import ray_env_block
-from app.render.action import headline
+from app.render.action import folded_note, headline
 from app.render.markdown import MAX_FACTS
 from app.render.timeline_table import clock_notes, text_table
 
@@ -41,6 +41,8 @@ def _where(f: Finding) -> str:
     parts = [f"seen {f.count}x"]
     if f.ranks:
         parts.append("ranks " + _compact(f.ranks))
+    if f.ranks_folded:
+        parts.append(folded_note(f.ranks_folded))
     if f.hosts:
         parts.append("hosts " + ", ".join(f.hosts[:6]) + (" …" if len(f.hosts) > 6 else ""))
     return ", ".join(parts)

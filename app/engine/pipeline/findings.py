@@ -34,6 +34,9 @@ class RuleMatch:
     captures: dict[str, str] = field(default_factory=dict)
     ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
+    # occurrences Ray's log dedup folded into its lines ("[repeated 27x across cluster]"): printed
+    # by other processes, whose ranks and hosts `ranks` and `hosts` cannot list
+    folded: int = 0
     files: list[str] = field(default_factory=list)
     confidence: float = 0.0  # of the best signature that matched
     signatures: list[str] = field(default_factory=list)  # the names of those that matched

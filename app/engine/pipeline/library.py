@@ -342,6 +342,9 @@ class Verdict:
     decision: str  # one of DECISIONS
     why: str
     ambiguous: bool = False
+    # facts that name the host to leave out (retry_excluding) when the finding's lines carry none
+    # in a launcher prefix: "mycl-g2" of NCCL's "mycl-g2:353236:353423 [6] transport/net_ib.cc:..."
+    hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -621,12 +624,24 @@ def _load_verdicts(
                 file=str(path),
                 field=section,
             )
-        unknown = set(spec) - {"decision", "why", "ambiguous"}
+        unknown = set(spec) - {"decision", "why", "ambiguous", "hosts"}
         if unknown:
             raise RuleError(
                 f"{section} {key!r}: unknown {', '.join(sorted(unknown))}", file=str(path), field=section
             )
-        return Verdict(decision=spec["decision"], why=str(spec["why"]), ambiguous=bool(spec.get("ambiguous")))
+        hosts = tuple(str(h) for h in spec.get("hosts") or ())
+        if set(hosts) - fact_names:
+            raise RuleError(
+                f"{section} {key!r}: `hosts` names no fact {sorted(set(hosts) - fact_names)}",
+                file=str(path),
+                field=section,
+            )
+        return Verdict(
+            decision=spec["decision"],
+            why=str(spec["why"]),
+            ambiguous=bool(spec.get("ambiguous")),
+            hosts=hosts,
+        )
 
     by_class = {cid: one(cid, spec, "classes") for cid, spec in (data.get("classes") or {}).items()}
     stray = sorted(set(by_class) - set(classes))

@@ -72,7 +72,11 @@ def _prefixes_for(first: str) -> list[tuple[str, regex.Pattern[str]]]:
 # retrying the greedy name from every character of every word before it
 _NCCL = regex.compile(r"(?<![\w.-])(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL ")
 _NCCL_MARK = "] NCCL "
-_REPEATED = regex.compile(r"\[repeated (?P<n>\d+)x across cluster\]\s*$")
+# the first dedup of a session adds Ray's note: "[repeated 2x across cluster] (Ray deduplicates logs
+# by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, or see https://... for more options.)"
+_REPEATED = regex.compile(
+    r"\[repeated (?P<n>\d+)x across cluster\](?: \(Ray deduplicates logs by default\.[^()\n]{0,400}\))?\s*$"
+)
 _REPEATED_MARK = "[repeated "
 # "[Rank 3]", "rank=3", and a logging format's "INFO [rank3] name:" (torchrun's prefix without
 # its colon, inside the line: a job run without --tee prints it that way in its own records)

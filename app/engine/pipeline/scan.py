@@ -165,11 +165,16 @@ class PatternAcc:
     last: HitRecord | None = None
     ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
+    # lines Ray's log dedup folded into the hits ("[repeated 27x across cluster]" counts 27): other
+    # processes printed them, and their ranks and hosts are not in the log
+    folded: int = 0
 
     def add(self, rec: HitRecord, *, in_order: bool = True) -> None:
         """Keep a hit; `in_order=False` for one that may lie before hits already kept (the
         wrapped-row rescan): line numbers and samples stay sorted."""
         self.count += rec.ctx.repeats
+        if rec.ctx.repeats > 1:
+            self.folded += rec.ctx.repeats
         if len(self.lines) < MAX_LINES:
             if in_order:
                 self.lines.append(rec.line)
@@ -202,6 +207,7 @@ class PatternAcc:
             self.last = other.last
         self.ranks |= other.ranks
         self.hosts |= other.hosts
+        self.folded += other.folded
 
 
 @dataclass
@@ -737,6 +743,7 @@ def _evaluate_signature(rule: Rule, sig: SignatureIds, scans: list[FileScan]) ->
                     recs.append(acc.last)
                 rm.ranks |= acc.ranks
                 rm.hosts |= acc.hosts
+                rm.folded += acc.folded
         if file_count == 0 or not recs:
             continue
         recs = sorted({id(r): r for r in recs}.values(), key=lambda r: r.line)
@@ -746,6 +753,8 @@ def _evaluate_signature(rule: Rule, sig: SignatureIds, scans: list[FileScan]) ->
                     rm.ranks.add(r.ctx.rank)
                 if r.ctx.where:
                     rm.hosts.add(r.ctx.where)
+                if r.ctx.repeats > 1:
+                    rm.folded += r.ctx.repeats
         rm.count += file_count
         rm.files.append(scan.name)
         if (fi, recs[0].line) < rm.first:
@@ -779,6 +788,7 @@ def _merge_signatures(found: list[RuleMatch], max_evidence: int, scans: list[Fil
     out = RuleMatch(rule=best.rule, confidence=best.confidence)
     out.signatures = [name for r in found for name in r.signatures]
     out.count = max(r.count for r in found)
+    out.folded = max(r.folded for r in found)
     out.first = min(r.first for r in found)
     out.last = max(r.last for r in found)
     out.captures = dict((main or best).captures)

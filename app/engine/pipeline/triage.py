@@ -430,6 +430,7 @@ def _finding(
         captures=captures,
         ranks=sorted(m.ranks),
         hosts=sorted(m.hosts),
+        ranks_folded=m.folded,
         remediation=_with_steps(
             _remediation_text(rule, captures, scope_base.facts),
             _steps(rule, scope, frameworks, sizes=sizes, problems=problems),

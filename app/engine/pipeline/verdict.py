@@ -51,6 +51,17 @@ def _by_facts(library: Library, root: Finding, scope: Scope) -> Verdict | None:
     return None
 
 
+def _hosts_from_facts(verdict: Verdict, facts: Mapping[str, object]) -> list[tuple[str, str]]:
+    """(fact, host) for the facts the verdict names as the host of the fault, where the log
+    states them (the finding's own lines carried no host in a launcher prefix)."""
+    out: list[tuple[str, str]] = []
+    for name in verdict.hosts:
+        value = facts.get(name)
+        if isinstance(value, str) and real_host(value) and all(h != value for _, h in out):
+            out.append((name, value))
+    return out
+
+
 def _where(f: Finding) -> str:
     if f.evidence:
         ev = f.evidence[0]
@@ -91,9 +102,15 @@ def decide(
     hosts: list[str] = []
     if verdict.decision == "retry_excluding":
         hosts = sorted({h for h in root.hosts if real_host(h)})
+        from_facts = [] if hosts else _hosts_from_facts(verdict, facts)
         if hosts:
             them = "it" if len(hosts) == 1 else "them"
             why.append(f"The log places the fault on {', '.join(hosts)}: leave {them} out.")
+        elif from_facts:
+            hosts = sorted({h for _, h in from_facts})
+            them = "it" if len(hosts) == 1 else "them"
+            said = "; ".join(f"{h} (`{fact}`)" for fact, h in from_facts)
+            why.append(f"The log names the host that reported the fault: {said}: leave {them} out.")
         else:
             why.append(
                 "The log names no host for the fault: leave out the node the failing rank ran on "

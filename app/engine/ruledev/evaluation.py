@@ -248,7 +248,7 @@ def evaluate_corpus(compiled: CompiledLibrary, corpus: Path, *, split: str | Non
                 conf,
                 decision=a.action.decision if a.action else None,
                 exclude_hosts=list(a.action.exclude_hosts) if a.action else [],
-                root_hosts=sorted({h for h in (a.root_cause.hosts if a.root_cause else []) if real_host(h)}),
+                root_hosts=_named_hosts(a, lib),
                 expected_decision=expected.decision if expected else None,
             )
         )
@@ -257,6 +257,21 @@ def evaluate_corpus(compiled: CompiledLibrary, corpus: Path, *, split: str | Non
             continue
         report.timeline += evaluate_cases(compiled, cases_file)
     return report
+
+
+def _named_hosts(a: Any, lib: Any) -> list[str]:
+    """The hosts the report names for the root cause: its lines' own (a launcher prefix), else
+    those of the facts its verdict takes the host from (`hosts:` in verdicts.yaml)."""
+    if a.root_cause is None:
+        return []
+    named = sorted({h for h in a.root_cause.hosts if real_host(h)})
+    if named:
+        return named
+    verdict = lib.rule_verdicts.get(a.root_cause.rule_id) or lib.verdicts.get(a.root_cause.failure_class)
+    facts = {f.name: f.value for f in a.facts}
+    return sorted(
+        {v for n in (verdict.hosts if verdict else ()) if isinstance(v := facts.get(n), str) and real_host(v)}
+    )
 
 
 def _named(a: Any) -> tuple[list[int], str | None, str]:

@@ -130,6 +130,8 @@ def collectives(probes: Iterable[tuple[str, str, Any]], year: int | None) -> lis
             # one rank timing out on several sequence numbers without a group id: the lines come
             # from several process groups, so no sequence comparison across ranks holds
             row.pg_known = False
+        if name == "watchdog":
+            row.repeats = max(row.repeats, rec.ctx.repeats)
         if name == "watchdog" and row.seq is None:
             row.seq = _int(g.get("seq"))
             row.op = g.get("op")
@@ -241,6 +243,21 @@ def judge_collectives(
                 out.append(_desync("completion", summary, waiting, seq, ev))
                 continue
             missing = sorted(set(never) | (known_ranks - timed - {r.rank for r in others}))
+            folded = sum(r.repeats for r in group if r.repeats > 1)
+            if folded:
+                # Ray folded other processes' lines into these: the ranks that timed out are more
+                # than the log names, and a rank of the log that seems absent may be among them
+                missing = sorted(never)
+            if len(group) == 1 and not never and folded:
+                lone = group[0]
+                summary = (
+                    f"rank {lone.rank} timed out (sequence {seq}, {_size(lone)}), and its line stands for "
+                    f"{folded} alike lines across the Ray cluster (`[repeated {folded}x across cluster]`): "
+                    f"more ranks than rank {lone.rank} timed out on this collective, their rank numbers "
+                    "hidden by Ray's log dedup"
+                )
+                out.append(Verdict("uniform", summary, [], seq=seq, evidence=ev))
+                continue
             if len(group) == 1 and not never:
                 missing = sorted(known_ranks - timed)
                 summary = f"only rank {group[0].rank} timed out (sequence {seq}, {_size(group[0])})"
@@ -258,6 +275,11 @@ def judge_collectives(
                 continue
             same = "the same collective" if len(timed) > 1 else "collective"
             summary = f"{_who(sorted(timed))} timed out on {same} {seq} ({_size(group[0])})"
+            if folded:
+                summary += (
+                    f", and Ray's log dedup folded {folded} alike lines into theirs (its "
+                    "`[repeated ...x across cluster]` suffix): more ranks timed out than the log names"
+                )
             if never:
                 enq_of = {r.rank: r.last_enqueued for r in others}
                 last = ", ".join(f"{enq_of[r]}" for r in never)

@@ -135,11 +135,15 @@ class CollectiveRow:
     last_completed: int | None = None
     time: float | None = None
     where: Line | None = None
+    # the watchdog line carried Ray's dedup suffix ("[repeated 27x across cluster]"): it stands
+    # for this many alike lines across the cluster, whose ranks the log does not show
+    repeats: int = 1
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
             "pg": self.pg,
+            "repeats": self.repeats,
             "seq": self.seq,
             "op": self.op,
             "numel_in": self.numel_in,
