@@ -116,5 +116,5 @@ def test_deepspeed_090_world_size_of_one_is_the_release(analyze: Analyze) -> Non
     a = analyze(path.read_bytes(), name=path.name)
     assert a.root_cause is not None and a.root_cause.rule_id == "deepspeed-batch-size-mismatch"
     text = a.root_cause.remediation
-    assert "Pin `deepspeed==0.8.3`" in text and "DeepSpeed 0.9.0 is reported to miscount" in text
+    assert "pin `deepspeed==0.8.3` or move to 0.9.1 or later" in text and "DeepSpeed #3324" in text
     assert "DeepSpeed did not see the others" not in text and 'train_batch_size` to "auto"' not in text
