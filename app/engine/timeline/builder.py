@@ -89,6 +89,9 @@ PROBES: dict[str, str] = {
 }
 
 _WORDED = re.compile(r"[^\W_]")  # a letter or a digit
+# the label a process puts on its own lines: torchrun's "[rank3]:" prefix, the watchdog's
+# "[Rank 3]" and "[PG ID 2 PG GUID 9 Rank 3]"
+_SELF_LABEL = re.compile(r"\[(?:PG [^\]]{0,60}?)?[Rr]ank ?(\d{1,6})\]")
 # a logger's level, rank tag and name before the message ("INFO [rank1] trainer: ")
 _LOGGER_HEAD = re.compile(r"^\s*(?:[A-Z]+\s+)?(?:\[rank\d+\]\s+)?(?:[\w.-]+:\s)?")
 
@@ -152,6 +155,8 @@ def collectives(probes: Iterable[tuple[str, str, Any]], year: int | None) -> lis
             rows[("0", rank)].last_completed = row.last_completed
             if row.subgroup_rank is not None:
                 rows[("0", rank)].subgroup_rank = row.subgroup_rank
+            if row.pg_known:
+                rows[("0", rank)].status_pg = pg  # the group the status line names
             del rows[(pg, rank)]
     return list(rows.values())
 
@@ -171,6 +176,9 @@ def judge_collectives(
     out: list[Verdict] = []
     by_pg: dict[str, list[CollectiveRow]] = defaultdict(list)
     status: dict[str, list[CollectiveRow]] = defaultdict(list)
+    # a line names a process group other than the default one: a timeout's members need not be
+    # the ranks numbered below it
+    subgroups = any((r.pg_known and r.pg != "0") or r.status_pg not in (None, "0") for r in rows)
     for r in rows:
         (by_pg if r.seq is not None else status)[r.pg].append(r)
     for pg, group in sorted(by_pg.items()):
@@ -273,6 +281,13 @@ def judge_collectives(
                     summary += f"; {_who(missing)} never joined it: they lag or stopped"
                 out.append(Verdict("straggler", summary, missing, seq=seq, evidence=ev))
                 continue
+            # in a log of several ranks' lines (no per-rank files), a rank below the highest one that
+            # timed out and seen nowhere printed no timeout of its own: it never reached the collective,
+            # or its output is not in this log (the lines name ranks; they do not say the world size)
+            unseen: list[int] = []
+            if not folded and not never and not subgroups and all(r.subgroup_rank is None for r in group):
+                unseen = sorted(set(range(max(timed))) - known_ranks - timed)
+                missing = sorted(set(missing) | set(unseen))
             same = "the same collective" if len(timed) > 1 else "collective"
             summary = f"{_who(sorted(timed))} timed out on {same} {seq} ({_size(group[0])})"
             if folded:
@@ -286,6 +301,14 @@ def judge_collectives(
                 summary += (
                     f"; {_who(never)} never issued it (last enqueued {last}): "
                     f"{'it lags' if len(never) == 1 else 'they lag'} - a straggler, or stuck outside NCCL"
+                )
+            elif missing and unseen:
+                seen_missing = [r for r in missing if r not in unseen]
+                if seen_missing:
+                    summary += f"; {_who(seen_missing)} never reached it"
+                summary += (
+                    f"; {_who(unseen)} printed nothing here, no timeout of its own: it never reached "
+                    "the collective, or its output is not in this log"
                 )
             elif missing:
                 summary += f"; {_who(missing)} never reached it"
@@ -433,17 +456,22 @@ def _rank_states(scans: Sequence[Any], year: int | None) -> dict[int, RankState]
     for fi, scan in enumerate(scans):
         carried = -math.inf  # lines without a time sort after the last timed line of their file
         in_trace: set[int] = set()  # ranks inside a traceback or stack dump: its lines are not progress
+        named = lines_naming_ranks([text for _, text in scan.tail])
+        hint = scan.rank_hint
+        if hint is not None and any(
+            (m := _SELF_LABEL.search(scan.tail[i][1])) is not None and int(m.group(1)) != hint for i in named
+        ):
+            # the name says one rank, but its lines carry other ranks' own labels: a merged log (or
+            # a name that only mentions a rank), so its unlabelled lines belong to no rank we know.
+            # (A rank's own file names peers only in prose, "aborted on rank 1", never in a label.)
+            hint = None
         # without a rank from its file, only lines that name one can be attributed to a rank
-        lines = (
-            scan.tail
-            if scan.rank_hint is not None
-            else [scan.tail[i] for i in lines_naming_ranks([text for _, text in scan.tail])]
-        )
+        lines = scan.tail if hint is not None else [scan.tail[i] for i in named]
         for lineno, text in lines:
             if text.startswith(("[FR rank", "# PyTorch flight recorder")):
                 continue  # a rendered flight-recorder dump (timeline/flight.py): not the rank's output
             ctx = parse_context(text)
-            rank = ctx.rank if ctx.rank is not None else scan.rank_hint
+            rank = ctx.rank if ctx.rank is not None else hint
             if rank is None:
                 continue
             st = states.setdefault(rank, RankState(rank))

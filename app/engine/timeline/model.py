@@ -138,6 +138,9 @@ class CollectiveRow:
     # the watchdog line carried Ray's dedup suffix ("[repeated 27x across cluster]"): it stands
     # for this many alike lines across the cluster, whose ranks the log does not show
     repeats: int = 1
+    # the process group a PG status line of this rank named, when the watchdog's line named none
+    # (torch 2.x: "[Rank 7] Watchdog caught ..." then "[PG ID 2 PG GUID 9 Rank 7] Exception ...")
+    status_pg: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
