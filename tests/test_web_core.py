@@ -411,3 +411,18 @@ def test_pages_are_compiled_at_start_not_by_the_first_visitor(server: LiveServer
     while not pages <= {name for _, name in env.cache} and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pages <= {name for _, name in env.cache}
+
+
+def test_report_page_says_when_ray_folded_more_ranks_into_the_lines(client: httpx.Client) -> None:
+    line = (
+        "(WorkerDict pid=4121, ip=10.0.0.5) [rank30]:[E ProcessGroupNCCL.cpp:616] [Rank 30] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+        "Timeout(ms)=10800000) ran for 10800058 milliseconds before timing out. [repeated 27x across cluster]\n"
+    )
+    up = client.post(
+        API, content=("step 1 loss 2.0\n" + line).encode(), headers={"Content-Type": "text/plain"}
+    )
+    aid = up.json()["id"]
+    assert client.get(f"{API}/{aid}").json()["root_cause"]["ranks_folded"] == 27
+    html = page(client, f"/analyses/{aid}").text
+    assert "Ray&#39;s log dedup folded 27 alike lines into these" in html  # (autoescaped quote)

@@ -43,7 +43,8 @@ def headline(action: Any) -> str:
 
 def folded_note(n: int) -> str:
     """What a finding's ranks leave out when Ray's log dedup folded its lines together."""
+    # n sums the suffixes of every line kept ("[repeated 27x across cluster]"): not quoted as one
     return (
-        f"Ray's log dedup folded {n} alike lines into these (`[repeated {n}x across cluster]`): "
+        f"Ray's log dedup folded {n} alike lines into these (its `[repeated ...x across cluster]`): "
         "more processes printed it than the ranks listed"
     )
