@@ -4,30 +4,14 @@ elsewhere, a rule fixture or a small synthetic log keeps it."""
 
 from __future__ import annotations
 
-from app.engine.models import Analysis, Finding
+from tests.advicekit import facts as _facts
+from tests.advicekit import root as _root
+from tests.advicekit import rule_fixture as _fixture
+from tests.advicekit import set_reader
 from tests.conftest import ROOT, Analyze
 
 RULES = ROOT / "rules"
-SET = ROOT / "tests" / "corpus" / "advice7"
-
-
-def _set(analyze: Analyze, name: str) -> Analysis:
-    path = SET / name
-    return analyze(path.read_bytes(), name=path.name)
-
-
-def _fixture(analyze: Analyze, area: str, name: str) -> Analysis:
-    path = RULES / area / name
-    return analyze(path.read_bytes(), name=path.name)
-
-
-def _root(a: Analysis, rule_id: str) -> Finding:
-    assert a.root_cause is not None and a.root_cause.rule_id == rule_id
-    return a.root_cause
-
-
-def _facts(a: Analysis) -> dict[str, object]:
-    return {f.name: f.value for f in a.facts}
+_set = set_reader("advice7")
 
 
 # 1. flash-attn against an NGC container's pre-release torch: build it, do not fetch the wheel

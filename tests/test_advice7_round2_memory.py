@@ -5,7 +5,9 @@ log keeps it."""
 
 from __future__ import annotations
 
-from app.engine.models import Analysis, Finding
+from app.engine.models import Analysis
+from tests.advicekit import root as _root
+from tests.advicekit import rule_fixture as _fixture
 from tests.conftest import ROOT, Analyze
 
 RULES = ROOT / "rules"
@@ -16,16 +18,6 @@ SET8 = ROOT / "tests" / "corpus" / "advice8"
 def _log(analyze: Analyze, path_dir: object, name: str) -> Analysis:
     path = path_dir / name  # type: ignore[operator]
     return analyze(path.read_bytes(), name=path.name)
-
-
-def _fixture(analyze: Analyze, area: str, name: str) -> Analysis:
-    path = RULES / area / name
-    return analyze(path.read_bytes(), name=path.name)
-
-
-def _root(a: Analysis, rule_id: str) -> Finding:
-    assert a.root_cause is not None and a.root_cause.rule_id == rule_id
-    return a.root_cause
 
 
 # 1. OpenRLHF#516: `ray start --num-cpus=4 --num-gpus=4` and {GPU: 1, CPU: 1} bundles

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from app.engine.models import Analysis, Finding
+from app.engine.models import Analysis
 from app.engine.pipeline.library import load_library
 from app.errors import RuleError
 from app.render.markdown import render_markdown
+from tests.advicekit import patched as _patched
+from tests.advicekit import root as _root
+from tests.advicekit import rule_fixture as _fixture
 from tests.conftest import ROOT, Analyze
 
 RULES = ROOT / "rules"
@@ -23,20 +26,6 @@ SET8 = ROOT / "tests" / "corpus" / "advice8"
 def _set(analyze: Analyze, name: str) -> Analysis:
     path = (SET7 if name.startswith(("p-", "q-")) else SET8) / name
     return analyze(path.read_bytes(), name=path.name)
-
-
-def _fixture(analyze: Analyze, area: str, name: str) -> Analysis:
-    path = RULES / area / name
-    return analyze(path.read_bytes(), name=path.name)
-
-
-def _root(a: Analysis, rule_id: str) -> Finding:
-    assert a.root_cause is not None and a.root_cause.rule_id == rule_id
-    return a.root_cause
-
-
-def _patched(f: Finding, key: str) -> bool:
-    return any(p.path and p.path[-1] == key for p in f.patches)
 
 
 def _fact(a: Analysis, name: str) -> object:

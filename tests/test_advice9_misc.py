@@ -4,30 +4,15 @@ was right elsewhere, a rule fixture or a small synthetic log that keeps it."""
 
 from __future__ import annotations
 
-from app.engine.models import Analysis, Finding
+from app.engine.models import Analysis
+from tests.advicekit import patched as _patched
+from tests.advicekit import root as _root
+from tests.advicekit import rule_fixture as _fixture
+from tests.advicekit import set_reader
 from tests.conftest import ROOT, Analyze
 
 RULES = ROOT / "rules"
-SET = ROOT / "tests" / "corpus" / "advice9"
-
-
-def _set(analyze: Analyze, name: str) -> Analysis:
-    path = SET / name
-    return analyze(path.read_bytes(), name=path.name)
-
-
-def _fixture(analyze: Analyze, area: str, name: str) -> Analysis:
-    path = RULES / area / name
-    return analyze(path.read_bytes(), name=path.name)
-
-
-def _root(a: Analysis, rule_id: str) -> Finding:
-    assert a.root_cause is not None and a.root_cause.rule_id == rule_id
-    return a.root_cause
-
-
-def _patched(f: Finding, key: str) -> bool:
-    return any(p.path and p.path[-1] == key for p in f.patches)
+_set = set_reader("advice9")
 
 
 def _fact(a: Analysis, name: str) -> object:

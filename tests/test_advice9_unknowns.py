@@ -4,34 +4,19 @@ advice (or silence) was right elsewhere, a rule fixture or a small synthetic log
 
 from __future__ import annotations
 
-from app.engine.models import Analysis, Finding
+from app.engine.models import Analysis
+from tests.advicekit import CORPUS, set_reader
+from tests.advicekit import facts as _facts
+from tests.advicekit import root as _root
+from tests.advicekit import rule_fixture as _fixture
 from tests.conftest import ROOT, Analyze
 
 RULES = ROOT / "rules"
-SET = ROOT / "tests" / "corpus" / "advice9"
-
-
-def _set(analyze: Analyze, name: str) -> Analysis:
-    path = SET / name
-    return analyze(path.read_bytes(), name=path.name)
-
-
-def _fixture(analyze: Analyze, area: str, name: str) -> Analysis:
-    path = RULES / area / name
-    return analyze(path.read_bytes(), name=path.name)
-
-
-def _root(a: Analysis, rule_id: str) -> Finding:
-    assert a.root_cause is not None and a.root_cause.rule_id == rule_id
-    return a.root_cause
+_set = set_reader("advice9")
 
 
 def _not_root(a: Analysis, rule_id: str) -> None:
     assert a.root_cause is None or a.root_cause.rule_id != rule_id
-
-
-def _facts(a: Analysis) -> dict[str, object]:
-    return {f.name: f.value for f in a.facts}
 
 
 # 1. SIGBUS in a container: the container's /dev/shm, recreated with --shm-size / --ipc=host
@@ -263,7 +248,7 @@ def test_accelerate_two_machines_without_main_process_ip(analyze: Analyze) -> No
 
 
 def _accelerate_log(config: str, tail: str = "") -> str:
-    log = (SET / "u-accelerate-3658-multinode-no-main-process-ip.log").read_text()
+    log = (CORPUS / "advice9" / "u-accelerate-3658-multinode-no-main-process-ip.log").read_text()
     return log.replace("num_machines: 2\n", config) + tail
 
 
