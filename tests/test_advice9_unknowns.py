@@ -158,7 +158,8 @@ def test_a_rank_missing_a_hub_snapshot_file_is_the_cache_race(analyze: Analyze) 
     f = _root(a, "hf-model-files-race")
     assert f.signatures == ["hub-snapshot-file-missing"] and f.ranks == [14]
     text = f.remediation
-    assert "Rank 14 found the snapshot of the model in the Hugging Face cache" in text
+    # with its node (advice9 round 2, tests/test_advice_values9.py)
+    assert "Rank 14, on node cn-n001, found the snapshot of the model in the Hugging Face cache" in text
     assert (
         "/tmp/workspace/cuda/results/cache/huggingface/hub but not its file `vae/diffusion_pytorch_model.safetensors`"
         in text
@@ -211,7 +212,8 @@ def test_nemorl_placement_group_never_ready_counts_the_nodes(analyze: Analyze) -
     text = f.remediation
     assert "NeMo-RL needs 8 nodes here (policy 4 + NeMo Gym 4 + reward model 0)" in text
     assert "scale the cluster's worker group to 8 nodes" in text and "`ray status` / `ray list nodes`" in text
-    assert "Raising the wait's timeout does not help" in text
+    # the wait's own 1000 s (advice9 round 2, tests/test_advice_values9.py)
+    assert "a longer timeout only makes the job fail later" in text
 
 
 def test_another_jobs_placement_group_wait_gets_the_general_step(analyze: Analyze) -> None:

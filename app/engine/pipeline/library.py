@@ -374,7 +374,18 @@ class FrameworkDetector:
 # SIGBUS (exitcode -7), counted by pid
 # lagging_ranks: the ranks the timeline found the others waiting for in a timed-out collective
 # (never reached it, or printed no error while the others failed), "0" or "0, 2"; absent otherwise
-DERIVED_FACTS: dict[str, str] = {"metric_lines": "int", "sigbus_processes": "int", "lagging_ranks": "str"}
+# launcher_closed_pids: the worker pids torchelastic's agent sent its (last) closing signal, in the
+# log's last lines ("46807, 46808, 46809"), and launcher_closing_signal that signal ("SIGHUP");
+# absent otherwise
+# ray_active_nodes: the nodes the last `ray status` summary lists as active (and idle); absent without one
+DERIVED_FACTS: dict[str, str] = {
+    "metric_lines": "int",
+    "sigbus_processes": "int",
+    "lagging_ranks": "str",
+    "launcher_closed_pids": "str",
+    "launcher_closing_signal": "str",
+    "ray_active_nodes": "int",
+}
 
 
 @dataclass(frozen=True)

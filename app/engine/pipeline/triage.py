@@ -26,7 +26,7 @@ from app.engine.pipeline.expr import ExprError, Missing, Scope, holds
 from app.engine.pipeline.expr import evaluate as evaluate_expression
 from app.engine.pipeline.findings import RuleMatch
 from app.engine.pipeline.ingest import ByteBudget, Source, file_size, human_bytes, too_large
-from app.engine.pipeline.library import FRAMEWORKS, Library, Rule
+from app.engine.pipeline.library import DERIVED_FACTS, FRAMEWORKS, Library, Rule
 from app.engine.pipeline.patches import ConfigView, compute_patches, config_diff, for_detected, select_specs
 from app.engine.pipeline.rank import Ranked, rank
 from app.engine.pipeline.redact import redact_text
@@ -249,6 +249,60 @@ def _sigbus_processes(scans: list[Any]) -> int:
                 if m:
                     pids.add((s.name, m.group(1) or m.group(2)))
     return len(pids)
+
+
+# torchelastic's agent stopping its workers (multiprocessing/api.py): "Sending process 46807
+# closing signal SIGHUP"
+_CLOSING = re.compile(r"Sending process (\d+) closing signal (SIG[A-Z]+)")
+
+
+def _launcher_closed_pids(scans: list[Any]) -> tuple[str, str] | None:
+    """The worker pids the launcher sent its closing signal, in the log's order ("46807, 46808"),
+    and that signal: the last signal's pids among the log's last lines (at most 8 named, then a
+    count)."""
+    pids: list[str] = []
+    signal = ""
+    for s in scans:
+        for _n, text in s.tail:
+            if "closing signal" in text:
+                m = _CLOSING.search(text)
+                if m:
+                    if m.group(2) != signal:
+                        pids, signal = [], m.group(2)
+                    if m.group(1) not in pids:
+                        pids.append(m.group(1))
+    if not pids:
+        return None
+    shown = ", ".join(pids[:8])
+    return (shown if len(pids) <= 8 else f"{shown} and {len(pids) - 8} more"), signal
+
+
+# `ray status` (python/ray/autoscaler/_private/util.py): "Active:" then one line per node
+# (v2: " 1 node_9a8e4a65...") or per node type (v1: " 2 ray.worker.default"); v2 lists idle
+# nodes under "Idle:" the same way
+_RAY_NODE_LINE = re.compile(r"^\s*(\d+) (?:node_[0-9a-f]{8,}|[\w.-]+)\s*$")
+
+
+def _ray_active_nodes(scans: list[Any]) -> int | None:
+    """The nodes the last `ray status` summary lists as active or idle; None without one."""
+    total: int | None = None
+    for s in scans:
+        section = False
+        for _n, text in s.tail:
+            line = text.strip()
+            if line in ("Active:", "Idle:"):
+                if line == "Active:":
+                    total = 0
+                section = total is not None
+                continue
+            if not section:
+                continue
+            m = _RAY_NODE_LINE.match(text)
+            if m and total is not None:
+                total += int(m.group(1))
+            else:
+                section = False
+    return total or None
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPE]?)(i?)B\s*$", re.I)
@@ -561,6 +615,17 @@ def triage(
             fact_list.append(Fact(name=name, value=typed, text=value, type=ftype, file=s.name, line=line))
     facts["metric_lines"] = sum(len(s.metrics) for s in scans)  # DERIVED_FACTS
     facts["sigbus_processes"] = _sigbus_processes(scans)
+    closed = _launcher_closed_pids(scans)
+    for name, derived, source in (
+        ("launcher_closed_pids", closed[0] if closed else None, "the launcher's closing-signal lines"),
+        ("launcher_closing_signal", closed[1] if closed else None, "the launcher's closing-signal lines"),
+        ("ray_active_nodes", _ray_active_nodes(scans), "the nodes `ray status` lists"),
+    ):
+        if derived is not None:
+            facts[name] = derived
+            fact_list.append(
+                Fact(name=name, value=derived, text=str(derived), type=DERIVED_FACTS[name], expression=source)
+            )
     # the ranks the others waited for: named by the timeline's lead verdict and not among the
     # ranks that timed out themselves (those completed fewer of the same collectives: blocked, not absent)
     lead = tl.verdicts[0] if tl.verdicts else None
