@@ -68,3 +68,53 @@ def test_a_batch_that_fits_no_larger_world_keeps_the_batch_step(analyze: Analyze
     f = root(a, "deepspeed-batch-size-mismatch")
     assert "so the product with the world" in f.remediation.replace("\n", " ")
     assert "--num_gpus" not in f.remediation
+
+
+# prime-rl#1098: "NCCL Error 3: internal error" printed just above the watchdog's report of a
+# 600 s ALLREDUCE: the main thread's error as the communicator was aborted, not the cause
+
+_INTERNAL = "RuntimeError: NCCL Error 3: internal error - please report this issue to the NCCL developers\n"
+_WATCHDOG = (
+    "[rank18]:[E1013 11:12:31.456700123 ProcessGroupNCCL.cpp:2068] [PG ID 0 PG GUID 0(default_pg) Rank 18] "
+    "Process group watchdog thread terminated with exception: [Rank 18] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=420, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+    "600071 milliseconds before timing out.\n"
+)
+
+
+def test_an_nccl_error_just_above_a_long_timeout_is_its_symptom(analyze: Analyze) -> None:
+    a = _set(analyze, "x-primerl-1098-nccl-internal-error-lora.log")
+    root(a, "nccl-watchdog-collective-timeout")
+    internal = next(f for f in a.findings if f.rule_id == "nccl-internal-error")
+    assert internal.role == "symptom"
+
+
+def test_an_nccl_error_far_above_the_timeout_stays_the_cause(analyze: Analyze) -> None:
+    near = analyze((_INTERNAL + "step 1\n" * 3 + _WATCHDOG).encode())
+    root(near, "nccl-watchdog-collective-timeout")
+    far = analyze((_INTERNAL + "step 1\n" * 40 + _WATCHDOG).encode())
+    root(far, "nccl-internal-error")
+    # a short wait is no teardown of a long one
+    short = analyze((_INTERNAL + _WATCHDOG.replace("600071 milliseconds", "5012 milliseconds")).encode())
+    root(short, "nccl-internal-error")
+
+
+# ms-swift#7992: the heartbeat monitor's last line names a Megatron sub-group
+
+
+def test_the_monitors_terminating_line_names_the_hung_group(analyze: Analyze) -> None:
+    a = _set(analyze, "y-msswift-7992-megatron-teardown-watchdog-hang.log")
+    f = root(a, "nccl-watchdog-heartbeat-timeout")
+    assert (f.captures["hb_pg_id"], f.captures["hb_rank"]) == ("17", "2")
+    text = f.remediation
+    assert "process group 17 (`INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP`) on rank 2" in text
+    assert "torch.distributed.destroy_process_group()" in text
+
+
+def test_the_default_group_gets_no_sub_group_step(analyze: Analyze) -> None:
+    line = (
+        "[rank0]:[F205 18:19:06.383067836 ProcessGroupNCCL.cpp:1614] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+        "Terminating the process after attempting to dump debug info, due to ProcessGroupNCCL watchdog hang.\n"
+    )
+    f = root(analyze(line.encode()), "nccl-watchdog-heartbeat-timeout")
+    assert f.captures["hb_pg_name"] == "default_pg" and "destroy_process_group" not in f.remediation

@@ -57,11 +57,26 @@ def _key(r: Ranked, library: Library) -> tuple[int, int, float, tuple[int, int],
     return (-rule.severity.weight, -int(hardware), t, r.match.first, -r.match.confidence)
 
 
+# A collective's timeout is reported when the wait ends, `ran_ms` after it began: a line printed
+# just before that report (the main thread's exception as the watchdog aborts the communicator,
+# prime-rl#1098: "NCCL Error 3: internal error" 12 rows above "ran for 600071 milliseconds") came
+# out of the same teardown, after the wait had begun. Only this close, and only for a wait of a
+# minute or more, so an error from minutes before is not taken for the timeout's echo.
+TEARDOWN_LINES = 15
+LONG_WAIT_MS = 60_000
+
+
 def _not_later(cause: RuleMatch, effect: RuleMatch) -> bool:
     """The cause is not after the effect: by time when both lines say when, else in the same
-    file by line (different files without times are not ordered)."""
+    file by line (different files without times are not ordered). A timed-out wait counts from
+    when it began: an untimed line just above its report is not before it."""
     if cause.first_time is not None and effect.first_time is not None:
         return cause.first_time <= effect.first_time
+    if cause.first[0] == effect.first[0] and effect.first_time is None:
+        ran = cause.captures.get("ran_ms") or cause.captures.get("bw_ran_ms") or ""
+        gap = cause.first[1] - effect.first[1]
+        if ran.isdigit() and int(ran) >= LONG_WAIT_MS and 0 < gap <= TEARDOWN_LINES:
+            return True
     return cause.first[0] != effect.first[0] or cause.first <= effect.first
 
 
