@@ -374,7 +374,15 @@ class FrameworkDetector:
 # SIGBUS (exitcode -7), counted by pid
 # lagging_ranks: the ranks the timeline found the others waiting for in a timed-out collective
 # (never reached it, or printed no error while the others failed), "0" or "0, 2"; absent otherwise
-DERIVED_FACTS: dict[str, str] = {"metric_lines": "int", "sigbus_processes": "int", "lagging_ranks": "str"}
+# nccl_shared_host, nccl_shared_host_procs: a host name NCCL's line prefix shows for two or more
+# processes in the log's last lines, and those processes ("GPU [2] (pid 6897) and GPU [3] (pid 6898)")
+DERIVED_FACTS: dict[str, str] = {
+    "metric_lines": "int",
+    "sigbus_processes": "int",
+    "lagging_ranks": "str",
+    "nccl_shared_host": "str",
+    "nccl_shared_host_procs": "str",
+}
 
 
 @dataclass(frozen=True)
