@@ -36,8 +36,8 @@ def test_the_rollout_share_gets_a_lower_value_only_where_the_log_states_it(analy
     launch = "python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.name=sglang actor_rollout_ref.rollout.gpu_memory_utilization={}\n"
     a = analyze(launch.format("0.6") + log, name=VERL_1431)
     text = root(a, "sglang-memory-saver-oom").remediation
-    assert "`actor_rollout_ref.rollout.gpu_memory_utilization=0.6`: lower it to `0.5`" in text
-    assert facts(a)["verl_rollout_gpu_util_lower"] == 0.5
+    assert "`actor_rollout_ref.rollout.gpu_memory_utilization=0.6`: lower it to `0.4`" in text
+    assert facts(a)["verl_rollout_gpu_util_lower"] == 0.4
     # already low: no lower value is computed, so the step is left out
     low = analyze(launch.format("0.15") + log, name=VERL_1431)
     assert "verl_rollout_gpu_util_lower" not in facts(low)
