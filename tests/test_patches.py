@@ -347,7 +347,10 @@ def test_a_socket_failure_is_not_given_infiniband_advice(compiled: CompiledLibra
     a = _analysed(compiled, ADVICE / "b-sglang-3820-multinode-nccl-bootstrap-no-route.log")
     assert a.root_cause is not None
     text = a.root_cause.remediation
-    assert "- The TCP connection to 10.0.0.4<56849> failed (No route to host)" in text
+    assert (
+        "- NCCL on node5 (GPU [6]) could not open a TCP connection to 10.0.0.4, port 56849 (No route to host)"
+        in text
+    )
     assert "ibstat" not in text
     # NCCL_DEBUG is INFO already (its lines are in the log): no patch lowering it to WARN
     assert "NCCL_DEBUG" not in _patched(a)

@@ -378,6 +378,8 @@ class FrameworkDetector:
 # log's last lines ("46807, 46808, 46809"), and launcher_closing_signal that signal ("SIGHUP");
 # absent otherwise
 # ray_active_nodes: the nodes the last `ray status` summary lists as active (and idle); absent without one
+# nccl_shared_host, nccl_shared_host_procs: a host name NCCL's line prefix shows for two or more
+# processes in the log's last lines, and those processes ("GPU [2] (pid 6897) and GPU [3] (pid 6898)")
 DERIVED_FACTS: dict[str, str] = {
     "metric_lines": "int",
     "sigbus_processes": "int",
@@ -385,6 +387,8 @@ DERIVED_FACTS: dict[str, str] = {
     "launcher_closed_pids": "str",
     "launcher_closing_signal": "str",
     "ray_active_nodes": "int",
+    "nccl_shared_host": "str",
+    "nccl_shared_host_procs": "str",
 }
 
 

@@ -305,6 +305,30 @@ def _ray_active_nodes(scans: list[Any]) -> int | None:
     return total or None
 
 
+# NCCL's line prefix "host:pid:tid [cudaDev] file.cc:123 NCCL INFO|WARN ..."
+_NCCL_PREFIX = re.compile(
+    r"(?<![\w.-])([A-Za-z][\w.-]{0,252}):(\d+):\d+ \[(\d+)\] (?:[\w/.-]+:\d+ )?NCCL (?:INFO|WARN)"
+)
+
+
+def _nccl_shared_host(scans: list[Any]) -> tuple[str, str] | None:
+    """The first host name that NCCL's line prefix shows for two or more processes (by pid) in
+    the log's last lines, and those processes ("GPU [2] (pid 6897) and GPU [3] (pid 6898)")."""
+    seen: dict[str, dict[str, str]] = {}  # host -> pid -> its local GPU
+    for s in scans:
+        for _n, text in s.tail:
+            if "NCCL" not in text:
+                continue
+            m = _NCCL_PREFIX.search(text)
+            if m:
+                seen.setdefault(m.group(1), {}).setdefault(m.group(2), m.group(3))
+    for host, procs in seen.items():
+        if len(procs) >= 2:
+            shown = [f"GPU [{dev}] (pid {pid})" for pid, dev in list(procs.items())[:4]]
+            return host, ", ".join(shown[:-1]) + " and " + shown[-1]
+    return None
+
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPE]?)(i?)B\s*$", re.I)
 
 
@@ -626,6 +650,12 @@ def triage(
             fact_list.append(
                 Fact(name=name, value=derived, text=str(derived), type=DERIVED_FACTS[name], expression=source)
             )
+    shared = _nccl_shared_host(scans)
+    if shared is not None:
+        host, procs = shared
+        if not opts.input_redacted:
+            host, procs = redact_text(host, redactions), redact_text(procs, redactions)
+        facts["nccl_shared_host"], facts["nccl_shared_host_procs"] = host, procs
     # the ranks the others waited for: named by the timeline's lead verdict and not among the
     # ranks that timed out themselves (those completed fewer of the same collectives: blocked, not absent)
     lead = tl.verdicts[0] if tl.verdicts else None
