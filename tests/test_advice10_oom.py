@@ -180,6 +180,7 @@ def test_a_second_vllm_engine_sees_the_first_ones_memory_as_its_own_peak(analyze
     assert f.signatures == ["profile-over-budget"]
     # the captures are the engine that failed (the second profile line), not the first one
     assert (f.captures["vllm_prof_free"], f.captures["vllm_prof_total"]) == ("16070606848", "23609475072")
+    assert f.first_line == 13 and [e.line for e in f.evidence] == [13]  # not the first engine's line 1
     text = f.remediation
     assert "An engine found 16.07 GB free of 23.61 GB when it profiled the GPU" in text
     assert "7.54 GB (32%) was already in use" in text

@@ -12,7 +12,7 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -232,6 +232,7 @@ def _signatures_that_hold(matches: list[RuleMatch], facts: Mapping[str, Any]) ->
                 kept = [n for n in m.signatures if n in conditional and ok(n, later)]
                 if kept:
                     m.captures = dict(rec.groups)
+                    _keep_occurrences_where(m, kept, facts, ok)
                     break
         if not kept:
             continue
@@ -241,6 +242,25 @@ def _signatures_that_hold(matches: list[RuleMatch], facts: Mapping[str, Any]) ->
             m.confidence = max(conf.get(n, m.rule.confidence) for n in kept)
         out.append(m)
     return out
+
+
+def _keep_occurrences_where(
+    m: RuleMatch,
+    kept: list[str],
+    facts: Mapping[str, Any],
+    ok: Callable[[str, Scope], bool],
+) -> None:
+    """The evidence of a match kept on a later occurrence: only the occurrences where its
+    signature holds (the first one, where it did not, is not the failure); in one file its first
+    and last lines and its count follow them."""
+    held = [(f, r) for f, r in m.evidence if any(ok(n, Scope(captures=r.groups, facts=facts)) for n in kept)]
+    if not held:
+        return
+    m.evidence = held
+    if len(m.files) == 1:
+        m.first = (m.first[0], held[0][1].line)
+        m.last = (m.last[0], held[-1][1].line)
+        m.count = len(held)
 
 
 # torchrun's failure table: "exitcode  : -7 (pid: 16615)",
