@@ -281,6 +281,9 @@ class Rule(Strict):
     explanation: str = Field(min_length=20)
     remediation: str = Field(min_length=10)
     steps: list[StepSpec] = Field(default_factory=list)
+    # values computed from the finding's own captures (and the facts), used like captures in the
+    # remediation, steps and patches: "used = total - free" of the occurrence the rule reports
+    derived: dict[str, str] = Field(default_factory=dict)
     patches: list[PatchSpec] = Field(default_factory=list)
     references: list[Reference] = Field(default_factory=list)
     fixtures: dict[str, FixtureExpect] = Field(default_factory=dict)
@@ -296,6 +299,13 @@ class Rule(Strict):
         sig_names = [s.name for s in self.signatures]
         if len(set(sig_names)) != len(sig_names) or "main" in sig_names:
             raise ValueError("signature names are unique and not `main` (the rule's `match`)")
+        for name, source in self.derived.items():
+            if not stdlib_re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"derived value {name!r} is not a name")
+            try:
+                parse_expression(source)
+            except ExprError as exc:
+                raise ValueError(f"derived value {name}: {exc}") from None
         return self
 
     def template_names(self) -> set[str]:
@@ -308,7 +318,7 @@ class Rule(Strict):
         if self.match is None:
             kind = TRIGGER_KINDS.get(self.trigger or "")
             return set(kind.captures) if kind else set()
-        names = self.match.group_names()
+        names = self.match.group_names() | set(self.derived)
         for s in self.signatures:
             names |= s.group_names()
         return names

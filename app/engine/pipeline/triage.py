@@ -12,7 +12,7 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -225,6 +225,16 @@ def _signatures_that_hold(matches: list[RuleMatch], facts: Mapping[str, Any]) ->
 
         kept = [n for n in m.signatures if ok(n)]
         if not kept:
+            # a `when` over the captures may hold on a later occurrence than the first (a second
+            # engine's profile line after the first engine's): that occurrence's captures speak
+            for _file, rec in m.evidence:
+                later = Scope(captures=rec.groups, facts=facts)
+                kept = [n for n in m.signatures if n in conditional and ok(n, later)]
+                if kept:
+                    m.captures = dict(rec.groups)
+                    _keep_occurrences_where(m, kept, facts, ok)
+                    break
+        if not kept:
             continue
         if kept != m.signatures:
             conf = {s.name: s.confidence for s in m.rule.signatures} | {"main": m.rule.confidence}
@@ -232,6 +242,25 @@ def _signatures_that_hold(matches: list[RuleMatch], facts: Mapping[str, Any]) ->
             m.confidence = max(conf.get(n, m.rule.confidence) for n in kept)
         out.append(m)
     return out
+
+
+def _keep_occurrences_where(
+    m: RuleMatch,
+    kept: list[str],
+    facts: Mapping[str, Any],
+    ok: Callable[[str, Scope], bool],
+) -> None:
+    """The evidence of a match kept on a later occurrence: only the occurrences where its
+    signature holds (the first one, where it did not, is not the failure); in one file its first
+    and last lines and its count follow them."""
+    held = [(f, r) for f, r in m.evidence if any(ok(n, Scope(captures=r.groups, facts=facts)) for n in kept)]
+    if not held:
+        return
+    m.evidence = held
+    if len(m.files) == 1:
+        m.first = (m.first[0], held[0][1].line)
+        m.last = (m.last[0], held[-1][1].line)
+        m.count = len(held)
 
 
 # torchrun's failure table: "exitcode  : -7 (pid: 16615)",
@@ -400,7 +429,7 @@ def md_literal(value: str) -> str:
 _PLACEHOLDER = regex.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # compiled once: regex.sub's cache is slow
 
 
-def _remediation_text(rule: Rule, captures: dict[str, str], facts: Mapping[str, Any] | None = None) -> str:
+def _remediation_text(rule: Rule, captures: Mapping[str, Any], facts: Mapping[str, Any] | None = None) -> str:
     """The rule's remediation with its placeholders filled from the captures, else from the facts
     the log states elsewhere. A line whose value neither holds is left out rather than shown
     with a hole in it (unless that would leave nothing)."""
@@ -466,6 +495,21 @@ def _steps(
     return out
 
 
+def _derived(rule: Rule, captures: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The rule's `derived` values over this finding's captures and the facts, in order (a later
+    one may use an earlier); one that needs a value the log does not state, or yields None, is
+    left out like a missing capture."""
+    out: dict[str, Any] = {}
+    for name, source in rule.derived.items():
+        try:
+            value = evaluate_expression(source, Scope(captures={**captures, **out}, facts=facts))
+        except (Missing, ExprError, TypeError, ValueError, ZeroDivisionError):
+            continue
+        if value is not None:
+            out[name] = value
+    return out
+
+
 def _with_steps(text: str, steps: list[str]) -> str:
     return text if not steps else text.rstrip() + "\n" + "\n".join(steps)
 
@@ -489,7 +533,11 @@ def _finding(
         return text if redactions is None else redact_text(text, redactions)
 
     captures = {k: clean(v) for k, v in m.captures.items()}
-    scope = Scope(captures=captures, facts=scope_base.facts, config=config)
+    scope = Scope(
+        captures={**captures, **_derived(rule, captures, scope_base.facts)},
+        facts=scope_base.facts,
+        config=config,
+    )
     patches, issues = compute_patches(select_specs(rule.patches, frameworks), scope=scope, config=config)
     problems.extend(f"{rule.id}: {p}" for p in issues)
     return Finding(
@@ -510,7 +558,7 @@ def _finding(
         hosts=sorted(m.hosts),
         ranks_folded=m.folded,
         remediation=_with_steps(
-            _remediation_text(rule, captures, scope_base.facts),
+            _remediation_text(rule, dict(scope.captures), scope_base.facts),
             _steps(rule, scope, frameworks, sizes=sizes, problems=problems),
         ),
         patches=patches,
