@@ -374,7 +374,25 @@ class FrameworkDetector:
 # SIGBUS (exitcode -7), counted by pid
 # lagging_ranks: the ranks the timeline found the others waiting for in a timed-out collective
 # (never reached it, or printed no error while the others failed), "0" or "0, 2"; absent otherwise
-DERIVED_FACTS: dict[str, str] = {"metric_lines": "int", "sigbus_processes": "int", "lagging_ranks": "str"}
+# oom_table_*: the kernel OOM killer's task table in the log's last lines (one row per process:
+# pid, uid, tgid, total_vm, rss in pages, ...): its rows, the process with the largest rss (pid,
+# name, pages, GiB at 4 KiB a page) and the other processes of that name within half the size of the
+# largest of them (a launch's other ranks, not its small launcher processes): count, PIDs, median GiB
+# launcher_killed_pids: the ranks DeepSpeed's launcher killed ("Killing subprocess 230"), "230, 231"
+DERIVED_FACTS: dict[str, str] = {
+    "metric_lines": "int",
+    "sigbus_processes": "int",
+    "lagging_ranks": "str",
+    "oom_table_rows": "int",
+    "oom_table_top_pid": "int",
+    "oom_table_top_name": "str",
+    "oom_table_top_rss_pages": "int",
+    "oom_table_top_rss_gib": "float",
+    "oom_table_peers": "int",
+    "oom_table_peer_rss_gib": "float",
+    "oom_table_peer_pids": "str",
+    "launcher_killed_pids": "str",
+}
 
 
 @dataclass(frozen=True)
