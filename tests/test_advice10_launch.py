@@ -107,3 +107,34 @@ def test_deepspeed_resume_killed_while_optimizer_states_load(analyze: Analyze) -
         "[2023-07-25 00:38:05,103] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 230\n"
     )
     assert done.root_cause is None or done.root_cause.rule_id != "host-oom-killer"
+
+
+def test_lightning_global_ranks_started_twice_under_slurm(analyze: Analyze) -> None:
+    a = read(analyze, "w-nemo-5819-slurm-duplicate-global-ranks.log")
+    f = root(a, "nccl-duplicate-rank")
+    assert f.failure_class == "dist.duplicate_rank" and f.signatures == ["lightning-global-rank-twice"]
+    got = facts(a)
+    assert (got["dup_global_ranks"], got["dup_global_world"], got["dup_global_unclaimed"]) == (
+        "1-3",
+        8,
+        "4-7",
+    )
+    assert got["dup_global_tasks"] == 2 and "nemo_multinode_no_slurm" in got
+    text = " ".join(_advice(a).split())
+    assert "Global ranks 1-3 each started more than once" in text and "no line claims ranks 4-7" in text
+    assert "`#SBATCH --nodes=2 --ntasks-per-node=4`" in text
+    assert "`torchrun --nnodes=2 --nproc_per_node=4 --node_rank=$SLURM_NODEID`" in text
+    assert a.action is not None and a.action.decision == "fix_and_rerun"
+    # each rank once (two nodes numbered right) is no duplicate
+    ok = analyze(
+        "".join(
+            f"{t}: Initializing distributed: GLOBAL_RANK: {t * 4 + r}, MEMBER: {t * 4 + r + 1}/8\n"
+            for t in (0, 1)
+            for r in range(4)
+        )
+    )
+    assert "dup_global_ranks" not in facts(ok)
+    assert ok.root_cause is None or ok.root_cause.rule_id != "nccl-duplicate-rank"
+    # NCCL's own message keeps its rank and count
+    n = rule_fixture(analyze, "nccl", "nccl-duplicate-rank.match.log")
+    assert "Rank 1 of 8 was claimed twice" in root(n, "nccl-duplicate-rank").remediation

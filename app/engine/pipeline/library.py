@@ -379,6 +379,9 @@ class FrameworkDetector:
 # name, pages, GiB at 4 KiB a page) and the other processes of that name within half the size of the
 # largest of them (a launch's other ranks, not its small launcher processes): count, PIDs, median GiB
 # launcher_killed_pids: the ranks DeepSpeed's launcher killed ("Killing subprocess 230"), "230, 231"
+# dup_global_*: global ranks Lightning started more than once ("Initializing distributed: GLOBAL_RANK:
+# 1, MEMBER: 2/8" twice): the ranks ("1-3"), the world size, the ranks above the highest seen that no
+# line claims, srun's tasks (its --label prefixes) and the world size per task
 DERIVED_FACTS: dict[str, str] = {
     "metric_lines": "int",
     "sigbus_processes": "int",
@@ -392,6 +395,11 @@ DERIVED_FACTS: dict[str, str] = {
     "oom_table_peer_rss_gib": "float",
     "oom_table_peer_pids": "str",
     "launcher_killed_pids": "str",
+    "dup_global_ranks": "str",
+    "dup_global_world": "int",
+    "dup_global_unclaimed": "str",
+    "dup_global_tasks": "int",
+    "dup_global_per_task": "int",
 }
 
 

@@ -260,6 +260,82 @@ _OOM_TASK_ROW = re.compile(r"\[ *(\d+)\] +\d+ +\d+ +\d+ +(\d+)(?: +-?\d+){3,6} +
 _DS_KILLING = re.compile(r"sigkill_handler\] Killing subprocess (\d+)")
 
 
+# Lightning's start-up line per process (lightning/fabric/utilities/distributed.py), after srun's
+# --label prefix when there is one: "0: Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/8"
+_LIGHTNING_RANK = re.compile(
+    r"^(?:(\d+): )?.*?Initializing distributed: GLOBAL_RANK: (\d+), MEMBER: \d+/(\d+)"
+)
+
+
+def _span(ranks: list[int]) -> str:
+    """[4, 5, 6, 7] -> "4-7"; [1, 3] -> "1, 3"."""
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(str(r) for r in ranks)
+
+
+def _duplicate_rank_facts(scans: list[Any]) -> tuple[dict[str, Any], list[Fact]]:
+    """Global ranks that Lightning started more than once (each node numbering its processes as
+    if it were node 0): the ranks, the world size, the ranks above the highest seen that nobody
+    claimed, and srun's tasks (its --label prefixes) with processes per task."""
+    seen: Counter[int] = Counter()
+    tasks: set[str] = set()
+    world = 0
+    where: tuple[str, int] | None = None
+    for s in scans:
+        for n, text in s.tail:
+            if "GLOBAL_RANK: " not in text:
+                continue
+            m = _LIGHTNING_RANK.search(text)
+            if m is None:
+                continue
+            rank, world = int(m.group(2)), int(m.group(3))
+            seen[rank] += 1
+            if m.group(1) is not None:
+                tasks.add(m.group(1))
+            if seen[rank] == 2 and where is None:
+                where = (s.name, n)
+    dups = sorted(r for r, c in seen.items() if c > 1)
+    if not dups or where is None:
+        return {}, []
+    out: dict[str, Any] = {"dup_global_ranks": _span(dups), "dup_global_world": world}
+    shown = [
+        Fact(
+            name="dup_global_ranks",
+            value=out["dup_global_ranks"],
+            text=out["dup_global_ranks"],
+            type="str",
+            file=where[0],
+            line=where[1],
+        ),
+        Fact(name="dup_global_world", value=world, text=str(world), type="int", file=where[0], line=where[1]),
+    ]
+    top = max(seen)
+    if top + 1 < world:
+        out["dup_global_unclaimed"] = _span(list(range(top + 1, world)))
+        shown.append(
+            Fact(
+                name="dup_global_unclaimed",
+                value=out["dup_global_unclaimed"],
+                text=out["dup_global_unclaimed"],
+                type="str",
+                expression=f"ranks {top + 1} .. {world - 1}: no line claims them",
+            )
+        )
+    if len(tasks) >= 2 and world % len(tasks) == 0:
+        out |= {"dup_global_tasks": len(tasks), "dup_global_per_task": world // len(tasks)}
+        shown.append(
+            Fact(
+                name="dup_global_tasks",
+                value=len(tasks),
+                text=str(len(tasks)),
+                type="int",
+                expression="srun --label prefixes " + ", ".join(sorted(tasks)),
+            )
+        )
+    return out, shown
+
+
 def _tail_facts(scans: list[Any]) -> tuple[dict[str, Any], list[Fact]]:
     """Facts read from the logs' last lines as a whole: the kernel's OOM task table (its largest
     process against the others of that name) and the ranks DeepSpeed's launcher killed."""
@@ -654,9 +730,10 @@ def triage(
             fact_list.append(Fact(name=name, value=typed, text=value, type=ftype, file=s.name, line=line))
     facts["metric_lines"] = sum(len(s.metrics) for s in scans)  # DERIVED_FACTS
     facts["sigbus_processes"] = _sigbus_processes(scans)
-    tail_facts, tail_shown = _tail_facts(scans)
-    facts |= tail_facts
-    fact_list += tail_shown
+    for derive in (_tail_facts, _duplicate_rank_facts):
+        tail_facts, tail_shown = derive(scans)
+        facts |= tail_facts
+        fact_list += tail_shown
     # the ranks the others waited for: named by the timeline's lead verdict and not among the
     # ranks that timed out themselves (those completed fewer of the same collectives: blocked, not absent)
     lead = tl.verdicts[0] if tl.verdicts else None
