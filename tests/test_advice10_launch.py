@@ -3,8 +3,10 @@ torchrun's random run id, ... (first contact at 8a45ba3, reviewers zw/zx)."""
 
 from __future__ import annotations
 
-from tests.advicekit import facts, root, rule_fixture, set_reader
+from tests.advicekit import CORPUS, facts, root, rule_fixture, set_reader
 from tests.conftest import Analyze
+
+CORPUS_SET = CORPUS / "advice10"
 
 read = set_reader("advice10")
 
@@ -138,3 +140,21 @@ def test_lightning_global_ranks_started_twice_under_slurm(analyze: Analyze) -> N
     # NCCL's own message keeps its rank and count
     n = rule_fixture(analyze, "nccl", "nccl-duplicate-rank.match.log")
     assert "Rank 1 of 8 was claimed twice" in root(n, "nccl-duplicate-rank").remediation
+
+
+def test_nemo_rl_placement_group_wait_cut_off_is_only_a_possible_cause(analyze: Analyze) -> None:
+    a = read(analyze, "v-nemorl-skypilot-7257-pg-timeout.log")
+    assert a.root_cause is None  # the exception is cut off: not claimed
+    (p,) = [p for p in a.possible_causes if p.rule_id == "ray-infeasible-resource-request"]
+    assert p.failure_class == "ray.unschedulable_resources" and p.confidence < 0.35
+    assert "`ray status`" in p.confirm and "`cluster.gpus_per_node`" in p.confirm
+    assert facts(a)["nemo_rl_ray_nodes"] == 2
+    assert not any("NCCL_DEBUG" in s for s in a.next_steps)
+    # with NeMo-RL's own timeout after the traceback it is the root cause, with the node count
+    text = (CORPUS_SET / "v-nemorl-skypilot-7257-pg-timeout.log").read_text() + (
+        "(head, rank=0, pid=4734) TimeoutError: Timed out waiting for placement groups to be ready. The cluster may"
+        " not have enough resources to satisfy the requested configuration, or the resources may be busy with other tasks.\n"
+    )
+    full = analyze(text)
+    f = root(full, "ray-infeasible-resource-request")
+    assert "the log counted 2" in " ".join(f.remediation.split())
