@@ -390,6 +390,14 @@ class FrameworkDetector:
 # ray_active_nodes: the nodes the last `ray status` summary lists as active (and idle); absent without one
 # nccl_shared_host, nccl_shared_host_procs: a host name NCCL's line prefix shows for two or more
 # processes in the log's last lines, and those processes ("GPU [2] (pid 6897) and GPU [3] (pid 6898)")
+# oom_table_*: the kernel OOM killer's task table in the log's last lines (one row per process:
+# pid, uid, tgid, total_vm, rss in pages, ...): its rows, the process with the largest rss (pid,
+# name, pages, GiB at 4 KiB a page) and the other processes of that name within half the size of the
+# largest of them (a launch's other ranks, not its small launcher processes): count, PIDs, median GiB
+# launcher_killed_pids: the ranks DeepSpeed's launcher killed ("Killing subprocess 230"), "230, 231"
+# dup_global_*: global ranks Lightning started more than once ("Initializing distributed: GLOBAL_RANK:
+# 1, MEMBER: 2/8" twice): the ranks ("1-3"), the world size, the ranks above the highest seen that no
+# line claims, srun's tasks (its --label prefixes) and the world size per task
 DERIVED_FACTS: dict[str, str] = {
     "metric_lines": "int",
     "sigbus_processes": "int",
@@ -399,6 +407,20 @@ DERIVED_FACTS: dict[str, str] = {
     "ray_active_nodes": "int",
     "nccl_shared_host": "str",
     "nccl_shared_host_procs": "str",
+    "oom_table_rows": "int",
+    "oom_table_top_pid": "int",
+    "oom_table_top_name": "str",
+    "oom_table_top_rss_pages": "int",
+    "oom_table_top_rss_gib": "float",
+    "oom_table_peers": "int",
+    "oom_table_peer_rss_gib": "float",
+    "oom_table_peer_pids": "str",
+    "launcher_killed_pids": "str",
+    "dup_global_ranks": "str",
+    "dup_global_world": "int",
+    "dup_global_unclaimed": "str",
+    "dup_global_tasks": "int",
+    "dup_global_per_task": "int",
 }
 
 

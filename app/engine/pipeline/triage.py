@@ -358,6 +358,175 @@ def _nccl_shared_host(scans: list[Any]) -> tuple[str, str] | None:
     return None
 
 
+# the kernel OOM killer's task table (mm/oom_kill.c dump_tasks), after dmesg's timestamp: "[ 202779]
+# 1000 202779 274650088 243385180 1957441536     7930          -998 python"; the columns after rss
+# differ by kernel (nr_ptes/nr_pmds, pgtables_bytes, rss_anon/rss_file/rss_shmem), rss is always the
+# fifth number, in pages
+_OOM_TASK_ROW = re.compile(r"\[ *(\d+)\] +\d+ +\d+ +\d+ +(\d+)(?: +-?\d+){3,6} +(\S+)\s*$")
+# DeepSpeed's launcher (launcher/launch.py sigkill_handler): "Killing subprocess 230"
+_DS_KILLING = re.compile(r"sigkill_handler\] Killing subprocess (\d+)")
+
+
+# Lightning's start-up line per process (lightning/fabric/utilities/distributed.py), after srun's
+# --label prefix when there is one: "0: Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/8"
+_LIGHTNING_RANK = re.compile(
+    r"^(?:(\d+): )?.*?Initializing distributed: GLOBAL_RANK: (\d+), MEMBER: \d+/(\d+)"
+)
+
+
+def _span(ranks: list[int]) -> str:
+    """[4, 5, 6, 7] -> "4-7"; [1, 3] -> "1, 3"."""
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(str(r) for r in ranks)
+
+
+def _duplicate_rank_facts(scans: list[Any]) -> tuple[dict[str, Any], list[Fact]]:
+    """Global ranks that Lightning started more than once (each node numbering its processes as
+    if it were node 0): the ranks, the world size, the ranks above the highest seen that nobody
+    claimed, and srun's tasks (its --label prefixes) with processes per task."""
+    seen: Counter[int] = Counter()
+    tasks: set[str] = set()
+    world = 0
+    where: tuple[str, int] | None = None
+    for s in scans:
+        for n, text in s.tail:
+            if "GLOBAL_RANK: " not in text:
+                continue
+            m = _LIGHTNING_RANK.search(text)
+            if m is None:
+                continue
+            rank, world = int(m.group(2)), int(m.group(3))
+            seen[rank] += 1
+            if m.group(1) is not None:
+                tasks.add(m.group(1))
+            if seen[rank] == 2 and where is None:
+                where = (s.name, n)
+    dups = sorted(r for r, c in seen.items() if c > 1)
+    if not dups or where is None:
+        return {}, []
+    out: dict[str, Any] = {"dup_global_ranks": _span(dups), "dup_global_world": world}
+    shown = [
+        Fact(
+            name="dup_global_ranks",
+            value=out["dup_global_ranks"],
+            text=out["dup_global_ranks"],
+            type="str",
+            file=where[0],
+            line=where[1],
+        ),
+        Fact(name="dup_global_world", value=world, text=str(world), type="int", file=where[0], line=where[1]),
+    ]
+    top = max(seen)
+    if top + 1 < world:
+        out["dup_global_unclaimed"] = _span(list(range(top + 1, world)))
+        shown.append(
+            Fact(
+                name="dup_global_unclaimed",
+                value=out["dup_global_unclaimed"],
+                text=out["dup_global_unclaimed"],
+                type="str",
+                expression=f"ranks {top + 1} .. {world - 1}: no line claims them",
+            )
+        )
+    if len(tasks) >= 2 and world % len(tasks) == 0:
+        out |= {"dup_global_tasks": len(tasks), "dup_global_per_task": world // len(tasks)}
+        shown.append(
+            Fact(
+                name="dup_global_tasks",
+                value=len(tasks),
+                text=str(len(tasks)),
+                type="int",
+                expression="srun --label prefixes " + ", ".join(sorted(tasks)),
+            )
+        )
+    return out, shown
+
+
+def _tail_facts(scans: list[Any]) -> tuple[dict[str, Any], list[Fact]]:
+    """Facts read from the logs' last lines as a whole: the kernel's OOM task table (its largest
+    process against the others of that name) and the ranks DeepSpeed's launcher killed."""
+    out: dict[str, Any] = {}
+    shown: list[Fact] = []
+    rows: list[tuple[int, int, str, str, int]] = []  # rss pages, pid, name, file, line
+    killed: list[str] = []
+    for s in scans:
+        for n, text in s.tail:
+            if "] " in text:
+                m = _OOM_TASK_ROW.search(text)
+                if m:
+                    rows.append((int(m.group(2)), int(m.group(1)), m.group(3), s.name, n))
+            if "Killing subprocess" in text:
+                k = _DS_KILLING.search(text)
+                if k and k.group(1) not in killed:
+                    killed.append(k.group(1))
+    if killed:
+        out["launcher_killed_pids"] = pids = ", ".join(killed[:16])
+        shown.append(
+            Fact(
+                name="launcher_killed_pids",
+                value=pids,
+                text=pids,
+                type="str",
+                expression="Killing subprocess PIDs",
+            )
+        )
+    if len(rows) >= 2:
+        rss, pid, name, file, line = max(rows)
+        gib = round(rss * 4096 / (1 << 30), 1)
+        out |= {
+            "oom_table_rows": len(rows),
+            "oom_table_top_pid": pid,
+            "oom_table_top_name": name,
+            "oom_table_top_rss_pages": rss,
+            "oom_table_top_rss_gib": gib,
+        }
+        shown += [
+            Fact(name="oom_table_top_pid", value=pid, text=str(pid), type="int", file=file, line=line),
+            Fact(name="oom_table_top_rss_pages", value=rss, text=str(rss), type="int", file=file, line=line),
+            Fact(
+                name="oom_table_top_rss_gib",
+                value=gib,
+                text=f"{gib} GiB (4 KiB pages)",
+                type="float",
+                file=file,
+                line=line,
+            ),
+        ]
+        # the others of its name that are of the size of the largest of them (a launch's other
+        # ranks, not its small launcher processes)
+        same = sorted(((r[0], r[1]) for r in rows if r[2] == name and r[1] != pid), reverse=True)
+        peers = [(r, p) for r, p in same if r * 2 >= same[0][0]] if same else []
+        if peers:
+            median = peers[len(peers) // 2][0]
+            peer_gib = round(median * 4096 / (1 << 30), 1)
+            pids = ", ".join(str(p) for _r, p in sorted(peers, key=lambda rp: rp[1])[:16])
+            out |= {
+                "oom_table_peers": len(peers),
+                "oom_table_peer_rss_gib": peer_gib,
+                "oom_table_peer_pids": pids,
+            }
+            shown.append(
+                Fact(
+                    name="oom_table_peer_pids",
+                    value=pids,
+                    text=pids,
+                    type="str",
+                    expression=f"{name} processes of at least half the rss of the largest of them",
+                )
+            )
+            shown.append(
+                Fact(
+                    name="oom_table_peer_rss_gib",
+                    value=peer_gib,
+                    text=f"{peer_gib} GiB",
+                    type="float",
+                    expression=f"median rss of PIDs {pids} x 4 KiB",
+                )
+            )
+    return out, shown
+
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTPE]?)(i?)B\s*$", re.I)
 
 
@@ -704,6 +873,10 @@ def triage(
         if not opts.input_redacted:
             host, procs = redact_text(host, redactions), redact_text(procs, redactions)
         facts["nccl_shared_host"], facts["nccl_shared_host_procs"] = host, procs
+    for derive in (_tail_facts, _duplicate_rank_facts):
+        tail_facts, tail_shown = derive(scans)
+        facts |= tail_facts
+        fact_list += tail_shown
     # the ranks the others waited for: named by the timeline's lead verdict and not among the
     # ranks that timed out themselves (those completed fewer of the same collectives: blocked, not absent)
     lead = tl.verdicts[0] if tl.verdicts else None
