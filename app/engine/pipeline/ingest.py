@@ -31,7 +31,10 @@ from app.errors import (
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|local_rank|worker)[-_]?(\d{1,5})(?:\D|$)", re.I)
+# a size after the number is not a rank ("one-rank-930g.log": a rank holding 930 GB, not rank 930)
+_RANK_IN_NAME = re.compile(
+    r"(?:^|[^a-z])(?:rank|local_rank|worker)[-_]?(\d{1,5})(?!\d)(?![kmgt](?:i?b)?(?:[^a-z]|$))", re.I
+)
 
 
 class Readable(Protocol):
