@@ -45,3 +45,10 @@ def test_no_dataloader_stop_gap_where_accelerates_self_test_fails_too(analyze: A
     # a SIGBUS without the self-test keeps the stop-gap
     b = rule_fixture(analyze, "host", "bus-error-shm.match.log")
     assert "num_workers" in root(b, "bus-error-shm").remediation
+
+
+def test_a_desync_says_how_long_the_ranks_already_waited(analyze: Analyze) -> None:
+    a = _ten(analyze, "w-torch-77030-fsdp-reduce-vs-allgather-desync.log")
+    text = root(a, "dist-collective-desync").remediation
+    assert "the ranks already waited 1800000 ms (30 minutes)" in text
+    assert "will never match." not in text  # the plain wording is for a log without the value
