@@ -21,7 +21,9 @@ def test_a_missing_nccl_unique_id_points_at_rank_0_and_is_investigated(analyze: 
     f = _root(a, "dist-rendezvous-timeout")
     text = f.remediation
     assert "Rank 5 waited for rank 0 to put the NCCL unique id in the store (key '0')" in text
-    assert "(Socket Timeout)" in text and "ddp_timeout" in text
+    # RecBole runs its own trainer: Hugging Face's `ddp_timeout` is for logs that show it
+    # (the fourth regrade's wrong item; tests/test_advice_regrade4.py)
+    assert "(Socket Timeout)" in text and "ddp_timeout" not in text
     # every rank had met at the store: not the missing-process reading, nor stale launchers
     assert "Count the ranks that started" not in text and "Clear leftovers" not in text
     assert a.action is not None and a.action.decision == "investigate"
