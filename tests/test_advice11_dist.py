@@ -124,3 +124,56 @@ def test_a_placed_group_is_not_pending(analyze: Analyze) -> None:
         "    scheduling_state: FINISHED\n"
     )
     assert a.root_cause is None or a.root_cause.rule_id != "ray-resource-request-pending"
+
+
+# --- accelerate#3861: a 687-element broadcast that waited 600 s --------------------------------
+
+
+def test_small_broadcast_timeout_means_ranks_out_of_step(analyze: Analyze) -> None:
+    a = read(analyze, "y-accelerate-3861-validation-broadcast-timeout.log")
+    f = root(a, "nccl-watchdog-collective-timeout")
+    got = facts(a)
+    assert (got["watchdog_seq_num"], got["watchdog_broadcast_numel"]) == (22, 687)
+    text = " ".join(f.remediation.split())
+    assert "BROADCAST of only 687 elements (sequence 22, well after start-up)" in text
+    assert "waiting 600084 ms is not bandwidth" in text
+    assert "Make every rank run the same collectives in the same order" in text
+    assert "`accelerator.gather_for_metrics`" in text and "`accelerator.wait_for_everyone()`" in text
+    assert "`InitProcessGroupKwargs(timeout=timedelta(...))`" in text
+    assert _decision(a) == "investigate"  # not "retry once, transient straggler"
+    assert "broadcast of only 687 elements (sequence 22)" in " ".join(a.action.why)
+
+
+def test_a_tensor_parallel_allgather_of_that_size_keeps_its_verdict(analyze: Analyze) -> None:
+    # SGLang's TP all-gather of 19008 elements is the model's own: every rank issues it
+    a = analyze((CORPUS / "fresh4" / "a-sglang-1693-allgather-watchdog-crash.log").read_bytes())
+    f = root(a, "nccl-watchdog-collective-timeout")
+    assert "watchdog_broadcast_numel" not in facts(a)
+    assert "Make every rank run the same collectives" not in f.remediation
+    assert _decision(a) == "retry"
+
+
+# --- torchtune#2676: the gloo barrier after save_checkpoint waited 30 minutes -----------------
+
+
+def test_barrier_after_checkpoint_save_points_at_the_save(analyze: Analyze) -> None:
+    a = read(analyze, "y-torchtune-2676-gloo-barrier-timeout-save-checkpoint.log")
+    f = root(a, "gloo-collective-timeout")
+    got = facts(a)
+    assert got["barrier_in_traceback"] == "barrier" and got["oom_in_save"] == "save_checkpoint"
+    text = " ".join(f.remediation.split())
+    assert (
+        "waited 1800000 ms (30 minutes) in `torch.distributed.barrier()` called from `save_checkpoint`"
+        in text
+    )
+    assert "Read rank 0's log and check the output filesystem" in text
+    assert "`timeout=timedelta(hours=2)`" in text
+    assert _decision(a) == "fix_and_rerun"
+    assert "the barrier inside save_checkpoint" in " ".join(a.action.why)
+
+
+def test_a_gloo_timeout_outside_a_save_keeps_the_plain_advice(analyze: Analyze) -> None:
+    a = rule_fixture(analyze, "nccl", "gloo-collective-timeout.match.log")
+    f = root(a, "gloo-collective-timeout")
+    assert "called from `save_checkpoint`" not in f.remediation
+    assert "barrier_in_traceback" not in facts(a) or "oom_in_save" not in facts(a)
