@@ -217,8 +217,13 @@ def test_nccl_on_a_virtual_interface_is_fixed_not_retried(analyze: Analyze) -> N
     assert a.root_cause is not None and a.root_cause.failure_class == "nccl.error"
     assert a.action is not None and (a.action.decision, a.action.basis) == ("fix_and_rerun", "facts")
     assert "veth8299cd8" in a.action.why[0] and "NCCL_SOCKET_IFNAME" in a.action.why[0]
+    # a connect that failed to an ordinary address: nccl-socket-connect-failed leads (advice7's
+    # SGLang#5594, judged "not retry once" by its reviewers): the route or firewall to that peer,
+    # fixed before a rerun, and no virtual-interface wording
     plain = analyze(log.replace("fe80::a849:bbff:fe73:19bd%veth8299cd8", "10.0.0.7"))
-    assert plain.action is not None and plain.action.decision == "retry"
+    assert plain.root_cause is not None and plain.root_cause.rule_id == "nccl-socket-connect-failed"
+    assert plain.action is not None and plain.action.decision == "fix_and_rerun"
+    assert "veth" not in plain.action.why[0]
 
 
 @pytest.mark.parametrize(
