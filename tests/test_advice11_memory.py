@@ -1,0 +1,138 @@
+"""Advice of the eleventh blind set (tests/corpus/advice11), the memory items: each wrong item or
+missing decisive step fixed, read from the set's log, with a short log keeping the old advice
+where it was right."""
+
+from __future__ import annotations
+
+from tests.advicekit import facts, root, set_reader
+from tests.conftest import Analyze
+
+_set = set_reader("advice11")
+
+_OOM_OLD = (
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB (GPU 0; 31.75 GiB "
+    "total capacity; {alloc} already allocated; 62.19 MiB free; {reserved} reserved in total by "
+    "PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid "
+    "fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF\n"
+)
+
+
+# Lightning#18134: ZeRO-3's parameter gather with 30.25 GiB of 31.75 GiB already allocated
+
+
+def test_a_zero3_gather_on_a_full_gpu_means_the_model_was_built_unsharded(analyze: Analyze) -> None:
+    a = _set(analyze, "y-lightning-18134-zero3-offload-gather-oom.log")
+    f = root(a, "cuda-out-of-memory")
+    got = facts(a)
+    assert got["zero3_gather_frame"] == "fetch_sub_module" and got["zero3_gather_full"] is True
+    text = f.remediation
+    assert "It failed while ZeRO-3 gathered a module's parameters (`fetch_sub_module`" in text
+    assert "with 30.2 GiB of the GPU's 31.8 GiB already allocated" in text
+    assert "deepspeed.zero.Init()" in text and "configure_model()" in text
+    assert "stage3_max_live_parameters" in text
+    # the expert's wrong_here: fewer tokens / more offload as the fix
+    assert "The peak of this step is too high" not in text
+    assert "optimizer-state offload" not in text
+
+
+def test_a_zero3_gather_with_room_left_keeps_the_peak_step(analyze: Analyze) -> None:
+    log = _OOM_OLD.format(alloc="10.25 GiB", reserved="10.67 GiB") + (
+        '  File "/x/deepspeed/runtime/zero/partitioned_param_coordinator.py", line 424, in __all_gather_params\n'
+    )
+    a = analyze(log.encode())
+    got = facts(a)
+    assert got["zero3_gather_frame"] == "__all_gather_params" and got["zero3_gather_full"] is False
+    text = root(a, "cuda-out-of-memory").remediation
+    assert "ZeRO-3 gathered" not in text
+
+
+# RLinf#255: 419 MiB process listed first, 14.85 GiB held by process 2797307
+
+
+def test_the_process_holding_the_memory_is_named_not_the_first_listed(analyze: Analyze) -> None:
+    a = _set(analyze, "x-rlinf-255-4090-model-load-shared-gpu-oom.log")
+    text = root(a, "cuda-out-of-memory").remediation
+    assert "This GPU is shared" in text
+    assert "almost all of it is process 2797307 with 14.8 GiB" in text
+    assert "`ps -p 2797307`" in text and "ps -p 2086283" not in text
+    assert "give the process that failed a GPU of its own" in text
+    assert "this process held 8.0 GiB" in text
+
+
+def test_a_single_named_other_process_keeps_the_old_step(analyze: Analyze) -> None:
+    log = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 86.00 MiB. GPU 0 has a total "
+        "capacity of 23.64 GiB of which 264.00 MiB is free. Process 2797307 has 14.85 GiB memory in use. "
+        "Including non-PyTorch memory, this process has 8.50 GiB memory in use. Of the allocated memory "
+        "7.63 GiB is allocated by PyTorch, and 40.11 MiB is reserved by PyTorch but unallocated.\n"
+    )
+    text = root(analyze(log.encode()), "cuda-out-of-memory").remediation
+    assert "the message names process 2797307 with 14.8 GiB" in text
+    assert "This GPU is shared" not in text
+
+
+# vllm#16199: KV cache 3584 < 4096 at 0.98 leads over the later CUDA-graph OOM; AWQ already int4
+
+
+def test_the_kv_cache_shortfall_leads_over_the_later_graph_capture_oom(analyze: Analyze) -> None:
+    a = _set(analyze, "y-vllm-16199-gemma3-awq-24g-kv-cache.log")
+    f = root(a, "vllm-kv-cache-insufficient")
+    assert a.root_cause is not None and a.root_cause.failure_class == "vllm.kv_cache_insufficient"
+    got = facts(a)
+    assert got["vllm_quantized_model"] == "gaunernst/gemma-3-27b-it-int4-awq"
+    assert got["vllm_weights_loaded"] == "17.6110 GiB"
+    text = f.remediation
+    assert "The KV cache holds 3584 tokens and one request at the max length needs 4096" in text
+    assert "`gpu_memory_utilization` is already 0.98" in text
+    assert "lowering it shrinks the cache below 3584 tokens" in text
+    assert "is already quantized" in text and "smaller or quantized model" not in text
+    assert "`--max-model-len 3584`" in text and "--kv-cache-dtype fp8" in text
+    assert "Loading the weights took 17.6110 GiB of the GPU's 21.99GiB" in text
+    assert "0.98 x 21.99GiB = 21.55GiB" in text and "Add `--enforce-eager`" in text
+    assert "0.05 lower" not in text
+
+
+def test_a_kv_shortfall_of_an_unquantized_model_keeps_the_quantize_option(analyze: Analyze) -> None:
+    log = (
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 32768 --gpu-memory-utilization 0.98\n"
+        "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that "
+        "can be stored in KV cache (20000). Try increasing `gpu_memory_utilization` or decreasing "
+        "`max_model_len` when initializing the engine.\n"
+    )
+    a = analyze(log.encode())
+    assert "vllm_quantized_model" not in facts(a)
+    text = root(a, "vllm-kv-cache-insufficient").remediation
+    assert "a smaller or quantized model" in text and "already quantized" not in text
+
+
+def test_an_oom_without_a_kv_error_stays_the_root(analyze: Analyze) -> None:
+    log = (
+        "INFO 04-07 15:54:56 [worker.py:267] the current vLLM instance can use total_gpu_memory "
+        "(21.99GiB) x gpu_memory_utilization (0.98) = 21.55GiB\n"
+        "ERROR 04-07 15:55:35 [engine.py:448] RuntimeError: CUDA error: out of memory\n"
+    )
+    a = analyze(log.encode())
+    assert a.root_cause is not None and a.root_cause.rule_id == "cuda-out-of-memory"
+
+
+# AMVUR#2: rank 2 SIGKILLed (-9, pid 36071), <NO OTHER FAILURES>
+
+
+def test_a_sigkilled_rank_gets_the_host_memory_leak_hunt(analyze: Analyze) -> None:
+    a = _set(analyze, "y-amvur-2-rank2-sigkill-host-oom.log")
+    f = root(a, "process-killed-sigkill")
+    got = facts(a)
+    assert got["torchrun_failed_rank"] == 2
+    text = f.remediation
+    assert "Rank 2 (pid 36071) exited with -9: SIGKILL" in text
+    assert "shows pid 36071" in text and "`.detach().cpu()`" in text
+    assert "only rank 2 died" in text
+
+
+def test_a_sigkill_without_torchruns_rank_keeps_the_generic_advice(analyze: Analyze) -> None:
+    a = analyze(
+        b"[launch.py:341:sigkill_handler] Killing subprocess 230\nexits with return code = -9\n"
+        b"subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGKILL: 9>.\n"
+    )
+    text = root(a, "process-killed-sigkill").remediation
+    assert "Check the node's kernel log" in text and "exited with -9: SIGKILL, sent from outside" not in text
