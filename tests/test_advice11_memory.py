@@ -136,3 +136,29 @@ def test_a_sigkill_without_torchruns_rank_keeps_the_generic_advice(analyze: Anal
     )
     text = root(a, "process-killed-sigkill").remediation
     assert "Check the node's kernel log" in text and "exited with -9: SIGKILL, sent from outside" not in text
+
+
+# unsloth#465: accelerate's fp32 upcast of the logits, 9.47 GiB on a 14.75 GiB T4, batch 2 x 4
+
+
+def test_the_fp32_logits_upcast_names_the_batch_and_accumulation(analyze: Analyze) -> None:
+    a = _set(analyze, "x-unsloth-465-t4-18k-context-logits-oom.log")
+    got = facts(a)
+    assert got["oom_fp32_upcast_frame"] == "_convert_to_fp32"
+    assert (got["unsloth_batch_per_device"], got["unsloth_grad_accum"]) == (2, 4)
+    text = root(a, "cuda-out-of-memory").remediation
+    assert "accelerate's `_convert_to_fp32` (`tensor.float()`)" in text
+    assert "batch size per device 2 -> 1 with gradient accumulation 4 -> 8" in text
+    assert "expandable_segments" not in text and "ps -p 2116" not in text
+
+
+def test_an_fp32_upcast_without_unsloths_banner_keeps_the_numbers_only(analyze: Analyze) -> None:
+    log = (
+        '  File "/x/accelerate/utils/operations.py", line 781, in _convert_to_fp32\n'
+        "    return tensor.float()\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.47 GiB. GPU 0 has a total "
+        "capacity of 14.75 GiB of which 3.78 GiB is free.\n"
+    )
+    text = root(analyze(log.encode()), "cuda-out-of-memory").remediation
+    assert "accelerate's `_convert_to_fp32`" in text and "fewer sequences per micro batch" in text
+    assert "gradient accumulation 4 -> 8" not in text
