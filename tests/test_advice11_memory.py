@@ -162,3 +162,31 @@ def test_an_fp32_upcast_without_unsloths_banner_keeps_the_numbers_only(analyze: 
     text = root(analyze(log.encode()), "cuda-out-of-memory").remediation
     assert "accelerate's `_convert_to_fp32`" in text and "fewer sequences per micro batch" in text
     assert "gradient accumulation 4 -> 8" not in text
+
+
+# ms-swift#3848: the one named process is the rank itself; the reporter saw memory creep up
+
+
+def test_a_hard_wrapped_message_still_reads_pytorchs_share_and_the_creep(analyze: Analyze) -> None:
+    a = _set(analyze, "x-msswift-3848-grpo-a800-40g-oom.log")
+    got = facts(a)
+    assert got["oom_named_process_is_self"] is True
+    assert got["memory_grows_reported"] == "GPU memory usage is gradually increasing"
+    assert "memory_grows_per_step" not in got
+    text = root(a, "cuda-out-of-memory").remediation
+    assert "The only process the message names, 3679748 with 38.5 GiB, is this process itself" in text
+    assert "(36.3 GiB of it allocated by PyTorch" in text
+    assert "lower the engine's memory fraction" in text and "over the 1.4 GiB request" in text
+    assert "Log `torch.cuda.memory_allocated()` once per step" in text
+    assert "its climb alone is no leak" in text
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments" not in text
+
+
+def test_memory_said_to_grow_per_step_keeps_the_leak_step(analyze: Analyze) -> None:
+    log = (
+        "Memory usage grows with every step.\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.42 GiB. GPU 4 has a total "
+        "capacity of 39.56 GiB of which 1.05 GiB is free.\n"
+    )
+    text = root(analyze(log.encode()), "cuda-out-of-memory").remediation
+    assert "something is kept from one step to the next" in text and "The report says" not in text
