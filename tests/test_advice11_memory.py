@@ -190,3 +190,31 @@ def test_memory_said_to_grow_per_step_keeps_the_leak_step(analyze: Analyze) -> N
     )
     text = root(analyze(log.encode()), "cuda-out-of-memory").remediation
     assert "something is kept from one step to the next" in text and "The report says" not in text
+
+
+# ROLL#80: actor_infer-12 vanished (SYSTEM_ERROR, EOF) on 33.195.34.104
+
+
+def test_a_dead_roll_rollout_worker_gets_the_host_memory_checks(analyze: Analyze) -> None:
+    a = _set(analyze, "x-roll-80-actor-infer-host-oom.log")
+    assert a.framework is not None and a.framework.name == "roll"
+    got = facts(a)
+    assert (got["roll_dead_actor"], got["roll_dead_actor_cluster"]) == ("actor_infer-12", "actor_infer")
+    text = root(a, "ray-actor-died").remediation
+    assert "The dead actor is `actor_infer-12`, one of ROLL's `actor_infer` workers" in text
+    assert "on 33.195.34.104 (pid 17871)" in text
+    assert "watch the host memory of the `actor_infer` workers across steps" in text
+    # not in this excerpt: vLLM's multimodal preprocessor
+    assert "disable_mm_preprocessor_cache" not in text
+
+
+def test_a_dead_actor_outside_roll_gets_no_roll_step(analyze: Analyze) -> None:
+    log = (
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
+        "\tclass_name: WorkerDict\n\tactor_id: 3e72\n\tpid: 17871\n\tname: rollout-3\n\tip: 10.0.0.1\n"
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker "
+        "exit detail: Worker unexpectedly exits with a connection error code 2. End of file.\n"
+    )
+    a = analyze(log.encode())
+    text = root(a, "ray-actor-died").remediation
+    assert "vanished without a Python error" in text and "ROLL" not in text
