@@ -118,3 +118,10 @@ def test_the_default_group_gets_no_sub_group_step(analyze: Analyze) -> None:
     )
     f = root(analyze(line.encode()), "nccl-watchdog-heartbeat-timeout")
     assert f.captures["hb_pg_name"] == "default_pg" and "destroy_process_group" not in f.remediation
+
+
+def test_a_stuck_watchdog_is_investigated_not_retried(analyze: Analyze) -> None:
+    a = _set(analyze, "y-msswift-7992-megatron-teardown-watchdog-hang.log")
+    root(a, "nccl-watchdog-heartbeat-timeout")
+    assert a.action is not None and a.action.decision == "investigate"
+    assert "hang at exit" in a.action.why[0] and "transient straggler" not in a.action.why[0]
