@@ -47,3 +47,77 @@ def test_k8s_memory_worker_without_exit_code_keeps_old_reading(analyze: Analyze)
     text = _text(f)
     assert "it ended with no exit code: killed from outside" in text
     assert "exited with exit code" not in text
+
+
+# --- ray#42683: {'GPU': 0.9} pending in a placement group, 1.9 reserved, ~1.0 used, 4.0 total ---
+
+
+def test_pg_fractional_gpu_pending_is_a_mismatch_not_a_shortage(analyze: Analyze) -> None:
+    a = read(analyze, "ab-ray-42683-pg-actor-pending-gpus-free.log")
+    f = root(a, "ray-resource-request-pending")
+    got = facts(a)
+    assert got["ray_pg_gpus_reserved"] == 1.9
+    assert got["pending_pg_demand_gpus"] == 0.9
+    assert got["ray_pg_bundle_has_room"] is True
+    text = _text(f)
+    assert "This is not a shortage: the cluster has 4.0 GPUs of which 3.0 are free" in text
+    assert "reserve 1.9 GPU of which 1.0 is used, so 0.9 GPU is reserved and idle" in text
+    assert "`placement_group_bundle_index`" in text
+    assert "121.07GiB used of 121.07GiB reserved" in text and "`accelerator_type`" in text
+    assert "Size each task, actor or bundle to what one node has free" not in text
+    assert "ray list actors" not in text
+    assert "no node has the GPUs or CPUs" not in f.title
+    assert _decision(a) == "fix_and_rerun"
+    why = " ".join(a.action.why)
+    assert "asks for more than the cluster has" not in why
+    assert "The cluster has the GPUs: 4.0 in all with 3.0 free" in why
+
+
+def test_pending_demand_without_pg_room_keeps_sizing_step(analyze: Analyze) -> None:
+    a = analyze(
+        b"Usage:\n 0.0/64.0 CPU\n 8.0/8.0 GPU\nDemands:\n {'GPU': 1.0}: 1+ pending tasks/actors\n",
+        name="ray-status.log",
+    )
+    f = root(a, "ray-resource-request-pending")
+    assert "ray_pg_bundle_has_room" not in facts(a)
+    text = _text(f)
+    assert "Size each task, actor or bundle to what one node has free" in text
+    assert "ray list actors" in text
+    assert "asks for more than the cluster has" in " ".join(a.action.why)
+
+
+# --- DeepSpeed#5008: rank 3's _ALLGATHER_BASE SeqNum 211067 waited 1800000 ms ------------------
+
+
+def test_zero_allgather_hang_is_investigated_not_retried(analyze: Analyze) -> None:
+    a = read(analyze, "ab-deepspeed-5008-zero3-allgather-timeout.log")
+    f = root(a, "nccl-watchdog-collective-timeout")
+    got = facts(a)
+    assert got["watchdog_allgather_ranks"] == 8
+    assert got["watchdog_timeout_rank"] == 3
+    assert "moe_model_named" not in got  # the log names no MoE model
+    text = _text(f)
+    assert "Rank 3 waited the whole 1800000 ms (30 minutes) in all-gather SeqNum 211067" in text
+    assert "a gather over 8 ranks" in text
+    assert "find the rank that is not at SeqNum 211067" in text
+    assert "set_z3_leaf_modules" not in text  # only where the log shows an MoE model
+    assert _decision(a) == "investigate"
+    why = " ".join(a.action.why)
+    assert "Retry once" not in why and "transient straggler" not in why
+    assert "parameter all-gather (sequence 211067)" in why
+
+
+def test_zero_allgather_hang_with_moe_model_names_leaf_modules(analyze: Analyze) -> None:
+    log = (
+        "[2024-01-25 02:00:00,000] [INFO] [launch.py:146:main] WORLD INFO DICT: {'localhost': [0, 1]}\n"
+        "model: MixtralForCausalLM\n"
+        "[E ProcessGroupNCCL.cpp:852] [Rank 1] NCCL watchdog thread terminated with exception: [Rank 1] "
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=52, OpType=_ALLGATHER_BASE, "
+        "NumelIn=1024, NumelOut=2048, Timeout(ms)=1800000) ran for 1800061 milliseconds before timing out.\n"
+        "[2024-01-25 03:17:26,042] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 11\n"
+    )
+    a = analyze(log.encode(), name="ds-moe.log")
+    f = root(a, "nccl-watchdog-collective-timeout")
+    text = _text(f)
+    assert "The model is a mixture of experts (MixtralForCausalLM)" in text
+    assert "set_z3_leaf_modules" in text
