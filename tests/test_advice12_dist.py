@@ -121,3 +121,34 @@ def test_zero_allgather_hang_with_moe_model_names_leaf_modules(analyze: Analyze)
     text = _text(f)
     assert "The model is a mixture of experts (MixtralForCausalLM)" in text
     assert "set_z3_leaf_modules" in text
+
+
+# --- LlamaFactory#7326: NNODES=3 RANK=0/1 with MASTER_ADDR 192.168.100.1 / .2 ---------------------
+
+
+def test_llamafactory_nodes_launched_for_different_rendezvous(analyze: Analyze) -> None:
+    a = read(analyze, "z-llamafactory-7326-multinode-rendezvous-mismatch.log")
+    f = root(a, "dist-rendezvous-timeout")
+    assert f.failure_class == "dist.rendezvous_timeout"
+    got = facts(a)
+    assert got["launch_rank0_master_addr"] == "192.168.100.1"
+    assert got["launch_rank1_master_addr"] == "192.168.100.2"
+    assert got["llamafactory_rdzv_endpoint"] == "10.224.32.93:29500"
+    text = _text(f)
+    assert "node 0 was given `MASTER_ADDR=192.168.100.1` and node 1 `MASTER_ADDR=192.168.100.2`" in text
+    assert "both with `NNODES=3`, and the rank was passed as `RANK=`" in text
+    assert "`10.224.32.93:29500`, with 1 process(es) per node" in text
+    assert "its own `NODE_RANK` (0 to 2)" in text
+    assert "`MASTER_PORT=29500`" in text and "nc -zv" in text
+    assert _decision(a) == "fix_and_rerun"
+
+
+def test_llamafactory_launch_with_one_address_is_no_finding(analyze: Analyze) -> None:
+    log = (
+        "FORCE_TORCHRUN=1 NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 llamafactory-cli train a.yaml\n"
+        "FORCE_TORCHRUN=1 NNODES=2 NODE_RANK=1 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 llamafactory-cli train a.yaml\n"
+        "[INFO|2025-03-16 05:16:14] llamafactory.cli:157 >> Initializing 8 distributed tasks at: 10.0.0.1:29500\n"
+    )
+    a = analyze(log.encode(), name="lf-ok.log")
+    assert a.root_cause is None or a.root_cause.rule_id != "dist-rendezvous-timeout"
+    assert "launch_node_master_addr_differs" not in facts(a)
