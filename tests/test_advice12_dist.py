@@ -152,3 +152,26 @@ def test_llamafactory_launch_with_one_address_is_no_finding(analyze: Analyze) ->
     a = analyze(log.encode(), name="lf-ok.log")
     assert a.root_cause is None or a.root_cause.rule_id != "dist-rendezvous-timeout"
     assert "launch_node_master_addr_differs" not in facts(a)
+
+
+# --- verl#2596: n_gpus_per_node=3, nnodes=2 on a 4-GPU head and a 2-GPU worker, STRICT_PACK * 3 --
+
+
+def test_verl_strict_pack_pool_larger_than_the_small_node(analyze: Analyze) -> None:
+    a = read(analyze, "z-verl-2596-strict-pack-uneven-nodes.log")
+    f = root(a, "ray-resource-request-pending")
+    got = facts(a)
+    assert (got["stated_head_node_gpus"], got["stated_worker_node_gpus"]) == (4, 2)
+    assert got["pending_strict_pack_bundles"] == 3
+    text = _text(f)
+    assert "`trainer.n_gpus_per_node`=3 bundles with `STRICT_PACK`" in text
+    assert "the 2-GPU node can never hold 3 of them" in text
+    assert "`trainer.n_gpus_per_node=2` with `trainer.nnodes=2`" in text
+    assert "`trainer.nnodes=1 trainer.n_gpus_per_node=4`" in text
+    assert "`tensor_model_parallel_size=4`" in text
+    assert "give Ray more CPUs" not in text  # the CPU of each bundle is not what blocks it
+    assert "`trainer.nnodes x trainer.n_gpus_per_node` GPUs must be free" not in text
+    assert _decision(a) == "fix_and_rerun"
+    why = " ".join(a.action.why)
+    assert "asks for more than the cluster has" not in why
+    assert "smallest node has 2" in why
