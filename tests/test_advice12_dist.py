@@ -175,3 +175,22 @@ def test_verl_strict_pack_pool_larger_than_the_small_node(analyze: Analyze) -> N
     why = " ".join(a.action.why)
     assert "asks for more than the cluster has" not in why
     assert "smallest node has 2" in why
+
+
+# --- verl#2987: WorkerDict pid 909447 died inside AsyncSglangServer.wake_up() ------------------
+
+
+def test_verl_workerdict_died_in_wake_up_points_at_its_pid(analyze: Analyze) -> None:
+    a = read(analyze, "z-verl-2987-colocated-workerdict-died-on-wakeup.log")
+    f = root(a, "ray-actor-died")
+    got = facts(a)
+    assert got["ray_wake_up_call"] == "AsyncSglangServer.wake_up"
+    assert got["ray_dead_name"] == "gxgUtgWorkerDict_0:1"
+    text = _text(f)
+    assert "(gxgUtgWorkerDict_0:1, pid 909447), not the `AsyncSglangServer.wake_up()`" in text
+    assert "worker-*-909447.err" in text and "for a kill of 909447" in text
+    assert "memory is the likely cause" in text
+    assert _decision(a) == "investigate"
+    why = " ".join(a.action.why)
+    assert "died inside AsyncSglangServer.wake_up()" in why
+    assert "a lost node or a preemption" not in why
