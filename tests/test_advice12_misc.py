@@ -45,3 +45,45 @@ def test_vllm_lower_fraction_still_offers_raising_it(analyze: Analyze) -> None:
 def test_max_model_len_plain_digits_unchanged(analyze: Analyze) -> None:
     a = analyze(b"llm = LLM(model='m', max_model_len=4096.)\nValueError: boom\n", name="x.log")
     assert facts(a)["max_model_len"] == 4096
+
+
+# --- unsloth#1856: xFormers built for PyTorch 2.6.0+cu124 under a cu128 nightly -----------------
+
+
+def test_xformers_built_for_other_torch_is_named_with_both_versions(analyze: Analyze) -> None:
+    a = read(analyze, "z-unsloth-1856-xformers-built-for-other-torch.log")
+    f = root(a, "xformers-built-for-other-torch")
+    assert f.failure_class == "python.import_abi_mismatch"
+    got = facts(a)
+    # the installed torch is the "you have", not the one xformers was built for
+    assert got["torch_version"] == "2.8.0.dev20250331+cu128"
+    assert (got["torch_version_major"], got["torch_version_minor"]) == (2, 8)
+    assert got["gpu_compute_capability"] == 12.0
+    text = _text(f)
+    assert (
+        "xformers was built for PyTorch 2.6.0+cu124 (CUDA 1204), but the torch installed is 2.8.0.dev20250331+cu128"
+        in text
+    )
+    assert "Build xformers from source against this torch" in text
+    assert "falls back to PyTorch's SDPA" in text
+    assert "Do not go back to torch 2.6.0+cu124" in text
+    assert 'TORCH_CUDA_ARCH_LIST="12.0"' in text
+    # a nightly: no "install the torch it was built for"
+    assert "Or install the torch 2.6.0+cu124 it was built for" not in text
+
+
+def test_xformers_released_torch_offers_the_matching_wheel(analyze: Analyze) -> None:
+    a = rule_fixture(analyze, "python", "xformers-built-for-other-torch.match.log")
+    f = root(a, "xformers-built-for-other-torch")
+    text = _text(f)
+    assert "Reinstall xformers built for torch 2.2.1+cu121" in text
+    assert "Or install the torch 2.1.0+cu121 it was built for" in text
+    assert "Do not go back" not in text  # no GPU capability in this log
+    assert facts(a)["torch_version"] == "2.2.1+cu121"
+
+
+def test_torch_version_still_read_from_plain_lines(analyze: Analyze) -> None:
+    a = analyze(b"PyTorch version: 2.5.1+cu124\nRuntimeError: boom\n", name="x.log")
+    got = facts(a)
+    assert got["torch_version"] == "2.5.1+cu124"
+    assert (got["torch_version_major"], got["torch_version_minor"]) == (2, 5)
