@@ -87,3 +87,26 @@ def test_torch_version_still_read_from_plain_lines(analyze: Analyze) -> None:
     got = facts(a)
     assert got["torch_version"] == "2.5.1+cu124"
     assert (got["torch_version_major"], got["torch_version_minor"]) == (2, 5)
+
+
+# --- LlamaFactory#3119: indexSelectLargeIndex in a pre-training forward --------------------------
+
+
+def test_embedding_index_assert_has_no_label_advice(analyze: Analyze) -> None:
+    a = read(analyze, "z-llamafactory-3119-pt-embedding-index-assert.log")
+    f = root(a, "cuda-kernel-assertion-failed")
+    text = _text(f)
+    assert "Labels:" not in text
+    assert "`input_ids.max() < model.get_input_embeddings().num_embeddings`" in text
+    assert "`model.resize_token_embeddings(len(tokenizer))`" in text
+    # LLaMA-Factory's own switches, the log shows its llmtuner package
+    assert "set `resize_vocab: true`" in text
+    assert "`overwrite_cache: true`" in text
+    assert patched(f, "CUDA_LAUNCH_BLOCKING")
+
+
+def test_loss_kernel_assert_keeps_label_advice(analyze: Analyze) -> None:
+    a = rule_fixture(analyze, "cuda", "cuda-kernel-assertion-failed.match-loss.log")
+    text = _text(root(a, "cuda-kernel-assertion-failed"))
+    assert "Labels: keep them within `[0, vocab_size)`" in text
+    assert "resize_vocab" not in text
