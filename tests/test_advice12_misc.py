@@ -110,3 +110,40 @@ def test_loss_kernel_assert_keeps_label_advice(analyze: Analyze) -> None:
     text = _text(root(a, "cuda-kernel-assertion-failed"))
     assert "Labels: keep them within `[0, vocab_size)`" in text
     assert "resize_vocab" not in text
+
+
+# --- litgpt#303: fragmentation with micro_batch_size = 1 and max_split_size_mb 128 -------------
+
+_OOM_303 = (
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.06 GiB. GPU 0 has a total capacty of"
+    " 23.70 GiB of which 1.27 GiB is free. Including non-PyTorch memory, this process has 22.43 GiB memory in use."
+    " Of the allocated memory 12.62 GiB is allocated by PyTorch, and 8.65 GiB is reserved by PyTorch but"
+    " unallocated. If reserved but unallocated memory is large try setting max_split_size_mb to avoid"
+    " fragmentation.  See documentation for Memory Management and PYTORCH_CUDA_ALLOC_CONF\n"
+)
+
+
+def test_fragmentation_with_micro_batch_one_names_sequence_length(analyze: Analyze) -> None:
+    a = read(analyze, "ab-litgpt-303-oom-fragmentation-8gib.log")
+    f = root(a, "cuda-out-of-memory")
+    got = facts(a)
+    assert got["micro_batch_per_gpu"] == 1
+    assert got["alloc_max_split_mb"] == 128
+    text = _text(f)
+    assert "fewer tokens or sequences per micro batch" not in text
+    assert "the micro batch is already 1 sequence" in text
+    assert "Cap the sequence length" in text
+    assert "`max_split_size_mb` is already set to 128" in text
+    # the fragmentation reading leads
+    lead = "8.6 GiB is reserved by PyTorch but unallocated"
+    assert lead in text and text.index(lead) < text.index("the micro batch is already 1")
+    assert patched(f, "PYTORCH_CUDA_ALLOC_CONF")
+
+
+def test_fragmentation_with_larger_micro_batch_keeps_fewer_sequences(analyze: Analyze) -> None:
+    log = b"micro_batch_size=4\n" + _OOM_303.encode()
+    a = analyze(log, name="x.log")
+    text = _text(root(a, "cuda-out-of-memory"))
+    assert "fewer tokens or sequences per micro batch" in text
+    assert "the micro batch is already" not in text
+    assert "`max_split_size_mb` is already set" not in text
