@@ -147,3 +147,28 @@ def test_fragmentation_with_larger_micro_batch_keeps_fewer_sequences(analyze: An
     assert "fewer tokens or sequences per micro batch" in text
     assert "the micro batch is already" not in text
     assert "`max_split_size_mb` is already set" not in text
+
+
+# --- ColossalAI#3172: rank 0 SIGKILLed at step 3/1000 of a Gemini run ---------------------------
+
+
+def test_colossalai_kill_after_steps_is_not_read_as_start_up(analyze: Analyze) -> None:
+    a = read(analyze, "ab-colossalai-3172-rank0-sigkill-host-ram.log")
+    f = root(a, "process-killed-sigkill")
+    got = facts(a)
+    # no loss line (metric_lines 0): the step lines decide
+    assert got["train_step_progress"] == "3/1000"
+    text = _text(f)
+    assert "This log shows no training step" not in text
+    assert "sync_module_states" not in text and "low_cpu_mem_usage" not in text
+    assert "The log shows training step 3/1000 running before the kill" in text
+    assert "at 44096.98 MB (about 43.1 GiB) at step 3/1000" in text
+    assert "`placement_policy`" in text  # Gemini, which the log runs
+
+
+def test_kill_with_no_step_shown_keeps_start_up_reading(analyze: Analyze) -> None:
+    a = rule_fixture(analyze, "host", "process-killed-sigkill.match-agent.log")
+    text = _text(root(a, "process-killed-sigkill"))
+    assert "This log shows no training step before the kill" in text
+    assert "running before the kill" not in text
+    assert "placement_policy" not in text
