@@ -42,3 +42,13 @@ def facts(a: Analysis) -> dict[str, object]:
 
 def patched(f: Finding, key: str) -> bool:
     return any(p.path and p.path[-1] == key for p in f.patches)
+
+
+def flat(f: Finding) -> str:
+    """A finding's remediation on one line (steps wrap at any width)."""
+    return " ".join(f.remediation.split())
+
+
+def decision(a: Analysis) -> str:
+    assert a.action is not None
+    return a.action.decision

@@ -5,15 +5,10 @@ collective timeouts (accelerate#3861, torchtune#2676)."""
 
 from __future__ import annotations
 
-from tests.advicekit import CORPUS, facts, root, rule_fixture, set_reader
+from tests.advicekit import CORPUS, decision, facts, root, rule_fixture, set_reader
 from tests.conftest import Analyze
 
 read = set_reader("advice11")
-
-
-def _decision(a) -> str:  # type: ignore[no-untyped-def]
-    assert a.action is not None
-    return a.action.decision
 
 
 # --- verl#726: a connect to 169.254.0.1 while the workers are on 172.19.x ---------------------
@@ -33,7 +28,7 @@ def test_link_local_connect_leads_and_is_fixed_not_retried(analyze: Analyze) -> 
     assert "`runtime_env` (`env_vars`)" in text  # verl: the variables must reach the Ray workers
     # no "interface next to 169.254.0.1": that address is the wrong network
     assert "address next to 169.254.0.1" not in text
-    assert _decision(a) == "fix_and_rerun"
+    assert decision(a) == "fix_and_rerun"
     why = " ".join(a.action.why)
     assert "NCCL dialled 169.254.0.1, a link-local address" in why
     assert "Retry once" not in why
@@ -46,7 +41,7 @@ def test_ncclsystemerror_with_a_routable_connect_keeps_the_plain_steps(analyze: 
     text = " ".join(f.remediation.split())
     assert "the one with an address next to 192.0.2.1" in text
     assert "link-local address (169.254" not in text
-    assert _decision(a) == "fix_and_rerun"
+    assert decision(a) == "fix_and_rerun"
     # an ncclSystemError with no connect line stays that rule's
     plain = analyze(
         "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275,"
@@ -83,7 +78,7 @@ def test_bootstrap_info_trail_is_a_failed_bootstrap_connect(analyze: Analyze) ->
     assert "IB settings (`NCCL_IB_HCA`" in text and "do not help" in text
     # no step that needs a peer address the trail does not print
     assert "{peer_addr}" not in text and "address next to" not in text
-    assert _decision(a) == "fix_and_rerun"
+    assert decision(a) == "fix_and_rerun"
 
 
 def test_bootstrap_trail_needs_the_socket_and_init_lines(analyze: Analyze) -> None:
@@ -110,7 +105,7 @@ def test_placement_group_table_no_resources_names_the_bundle(analyze: Analyze) -
     assert "asks for GPU 1.0 and CPU 4.0 (`unit_resources`) on one node" in text
     assert "`available_node_types`" in text and "GPU >= 1.0 and CPU >= 4.0" in text
     assert "`max_workers`" in text
-    assert _decision(a) == "fix_and_rerun"
+    assert decision(a) == "fix_and_rerun"
 
 
 def test_a_placed_group_is_not_pending(analyze: Analyze) -> None:
@@ -140,7 +135,7 @@ def test_small_broadcast_timeout_means_ranks_out_of_step(analyze: Analyze) -> No
     assert "Make every rank run the same collectives in the same order" in text
     assert "`accelerator.gather_for_metrics`" in text and "`accelerator.wait_for_everyone()`" in text
     assert "`InitProcessGroupKwargs(timeout=timedelta(...))`" in text
-    assert _decision(a) == "investigate"  # not "retry once, transient straggler"
+    assert decision(a) == "investigate"  # not "retry once, transient straggler"
     assert "broadcast of only 687 elements (sequence 22)" in " ".join(a.action.why)
 
 
@@ -150,7 +145,7 @@ def test_a_tensor_parallel_allgather_of_that_size_keeps_its_verdict(analyze: Ana
     f = root(a, "nccl-watchdog-collective-timeout")
     assert "watchdog_broadcast_numel" not in facts(a)
     assert "Make every rank run the same collectives" not in f.remediation
-    assert _decision(a) == "retry"
+    assert decision(a) == "retry"
 
 
 # --- torchtune#2676: the gloo barrier after save_checkpoint waited 30 minutes -----------------
@@ -168,7 +163,7 @@ def test_barrier_after_checkpoint_save_points_at_the_save(analyze: Analyze) -> N
     )
     assert "Read rank 0's log and check the output filesystem" in text
     assert "`timeout=timedelta(hours=2)`" in text
-    assert _decision(a) == "fix_and_rerun"
+    assert decision(a) == "fix_and_rerun"
     assert "the barrier inside save_checkpoint" in " ".join(a.action.why)
 
 

@@ -6,19 +6,10 @@ two verl Ray items (verl#2596, verl#2987)."""
 
 from __future__ import annotations
 
-from tests.advicekit import facts, root, set_reader
+from tests.advicekit import decision, facts, flat, root, set_reader
 from tests.conftest import Analyze
 
 read = set_reader("advice12")
-
-
-def _text(f) -> str:  # type: ignore[no-untyped-def]
-    return " ".join(f.remediation.split())
-
-
-def _decision(a) -> str:  # type: ignore[no-untyped-def]
-    assert a.action is not None
-    return a.action.decision
 
 
 # --- slime#1740: "Worker exits with an exit code 1" ... "The process receives a SIGTERM" ---------
@@ -30,7 +21,7 @@ def test_k8s_memory_worker_exit_code_is_read_not_denied(analyze: Analyze) -> Non
     got = facts(a)
     assert got["ray_worker_exit_code"] == "1"
     assert got["ray_worker_sigterm"] == "SIGTERM"
-    text = _text(f)
+    text = flat(f)
     assert "no exit code" not in text
     assert "received a SIGTERM and exited with exit code 1" in text
     assert "kubectl describe pod <pod>" in text
@@ -44,7 +35,7 @@ def test_k8s_memory_worker_without_exit_code_keeps_old_reading(analyze: Analyze)
     a = _sr("advice3")(analyze, "g-agentr1-33-taskrunner-k8s-memory.log")
     f = root(a, "ray-actor-died")
     assert facts(a)["ray_worker_exit_code"] == "None"
-    text = _text(f)
+    text = flat(f)
     assert "it ended with no exit code: killed from outside" in text
     assert "exited with exit code" not in text
 
@@ -59,7 +50,7 @@ def test_pg_fractional_gpu_pending_is_a_mismatch_not_a_shortage(analyze: Analyze
     assert got["ray_pg_gpus_reserved"] == 1.9
     assert got["pending_pg_demand_gpus"] == 0.9
     assert got["ray_pg_bundle_has_room"] is True
-    text = _text(f)
+    text = flat(f)
     assert "This is not a shortage: the cluster has 4.0 GPUs of which 3.0 are free" in text
     assert "reserve 1.9 GPU of which 1.0 is used, so 0.9 GPU is reserved and idle" in text
     assert "`placement_group_bundle_index`" in text
@@ -67,7 +58,7 @@ def test_pg_fractional_gpu_pending_is_a_mismatch_not_a_shortage(analyze: Analyze
     assert "Size each task, actor or bundle to what one node has free" not in text
     assert "ray list actors" not in text
     assert "no node has the GPUs or CPUs" not in f.title
-    assert _decision(a) == "fix_and_rerun"
+    assert decision(a) == "fix_and_rerun"
     why = " ".join(a.action.why)
     assert "asks for more than the cluster has" not in why
     assert "The cluster has the GPUs: 4.0 in all with 3.0 free" in why
@@ -80,7 +71,7 @@ def test_pending_demand_without_pg_room_keeps_sizing_step(analyze: Analyze) -> N
     )
     f = root(a, "ray-resource-request-pending")
     assert "ray_pg_bundle_has_room" not in facts(a)
-    text = _text(f)
+    text = flat(f)
     assert "Size each task, actor or bundle to what one node has free" in text
     assert "ray list actors" in text
     assert "asks for more than the cluster has" in " ".join(a.action.why)
@@ -96,12 +87,12 @@ def test_zero_allgather_hang_is_investigated_not_retried(analyze: Analyze) -> No
     assert got["watchdog_allgather_ranks"] == 8
     assert got["watchdog_timeout_rank"] == 3
     assert "moe_model_named" not in got  # the log names no MoE model
-    text = _text(f)
+    text = flat(f)
     assert "Rank 3 waited the whole 1800000 ms (30 minutes) in all-gather SeqNum 211067" in text
     assert "a gather over 8 ranks" in text
     assert "find the rank that is not at SeqNum 211067" in text
     assert "set_z3_leaf_modules" not in text  # only where the log shows an MoE model
-    assert _decision(a) == "investigate"
+    assert decision(a) == "investigate"
     why = " ".join(a.action.why)
     assert "Retry once" not in why and "transient straggler" not in why
     assert "parameter all-gather (sequence 211067)" in why
@@ -118,7 +109,7 @@ def test_zero_allgather_hang_with_moe_model_names_leaf_modules(analyze: Analyze)
     )
     a = analyze(log.encode(), name="ds-moe.log")
     f = root(a, "nccl-watchdog-collective-timeout")
-    text = _text(f)
+    text = flat(f)
     assert "The model is a mixture of experts (MixtralForCausalLM)" in text
     assert "set_z3_leaf_modules" in text
 
@@ -134,13 +125,13 @@ def test_llamafactory_nodes_launched_for_different_rendezvous(analyze: Analyze) 
     assert got["launch_rank0_master_addr"] == "192.168.100.1"
     assert got["launch_rank1_master_addr"] == "192.168.100.2"
     assert got["llamafactory_rdzv_endpoint"] == "10.224.32.93:29500"
-    text = _text(f)
+    text = flat(f)
     assert "node 0 was given `MASTER_ADDR=192.168.100.1` and node 1 `MASTER_ADDR=192.168.100.2`" in text
     assert "both with `NNODES=3`, and the rank was passed as `RANK=`" in text
     assert "`10.224.32.93:29500`, with 1 process(es) per node" in text
     assert "its own `NODE_RANK` (0 to 2)" in text
     assert "`MASTER_PORT=29500`" in text and "nc -zv" in text
-    assert _decision(a) == "fix_and_rerun"
+    assert decision(a) == "fix_and_rerun"
 
 
 def test_llamafactory_launch_with_one_address_is_no_finding(analyze: Analyze) -> None:
@@ -163,7 +154,7 @@ def test_verl_strict_pack_pool_larger_than_the_small_node(analyze: Analyze) -> N
     got = facts(a)
     assert (got["stated_head_node_gpus"], got["stated_worker_node_gpus"]) == (4, 2)
     assert got["pending_strict_pack_bundles"] == 3
-    text = _text(f)
+    text = flat(f)
     assert "`trainer.n_gpus_per_node`=3 bundles with `STRICT_PACK`" in text
     assert "the 2-GPU node can never hold 3 of them" in text
     assert "`trainer.n_gpus_per_node=2` with `trainer.nnodes=2`" in text
@@ -171,7 +162,7 @@ def test_verl_strict_pack_pool_larger_than_the_small_node(analyze: Analyze) -> N
     assert "`tensor_model_parallel_size=4`" in text
     assert "give Ray more CPUs" not in text  # the CPU of each bundle is not what blocks it
     assert "`trainer.nnodes x trainer.n_gpus_per_node` GPUs must be free" not in text
-    assert _decision(a) == "fix_and_rerun"
+    assert decision(a) == "fix_and_rerun"
     why = " ".join(a.action.why)
     assert "asks for more than the cluster has" not in why
     assert "smallest node has 2" in why
@@ -186,11 +177,11 @@ def test_verl_workerdict_died_in_wake_up_points_at_its_pid(analyze: Analyze) -> 
     got = facts(a)
     assert got["ray_wake_up_call"] == "AsyncSglangServer.wake_up"
     assert got["ray_dead_name"] == "gxgUtgWorkerDict_0:1"
-    text = _text(f)
+    text = flat(f)
     assert "(gxgUtgWorkerDict_0:1, pid 909447), not the `AsyncSglangServer.wake_up()`" in text
     assert "worker-*-909447.err" in text and "for a kill of 909447" in text
     assert "memory is the likely cause" in text
-    assert _decision(a) == "investigate"
+    assert decision(a) == "investigate"
     why = " ".join(a.action.why)
     assert "died inside AsyncSglangServer.wake_up()" in why
     assert "a lost node or a preemption" not in why

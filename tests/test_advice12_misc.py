@@ -4,14 +4,10 @@ at 0.95 (vllm#44376), and the other items fixed beside it."""
 
 from __future__ import annotations
 
-from tests.advicekit import facts, patched, root, rule_fixture, set_reader
+from tests.advicekit import facts, flat, patched, root, rule_fixture, set_reader
 from tests.conftest import Analyze
 
 read = set_reader("advice12")
-
-
-def _text(f) -> str:  # type: ignore[no-untyped-def]
-    return " ".join(f.remediation.split())
 
 
 # --- vllm#44376: max_model_len=30_000, gpu_memory_utilization=0.95 ------------------------------
@@ -23,7 +19,7 @@ def test_vllm_max_model_len_with_digit_groups_and_no_raise_at_095(analyze: Analy
     got = facts(a)
     assert got["max_model_len"] == 30000  # "30_000", not 30
     assert got["gpu_memory_utilization"] == 0.95
-    text = _text(f)
+    text = flat(f)
     assert "`gpu_memory_utilization` is already 0.95, so a higher fraction has nothing left to give" in text
     assert "Lower `max_model_len` from 30000" in text
     assert "at most the 13528 tokens vLLM estimates fit" in text
@@ -38,7 +34,7 @@ def test_vllm_lower_fraction_still_offers_raising_it(analyze: Analyze) -> None:
     a = rule_fixture(analyze, "vllm", "vllm-kv-cache-insufficient.match.log")
     f = root(a, "vllm-kv-cache-insufficient")
     assert facts(a)["gpu_memory_utilization"] < 0.95
-    assert "raise `gpu_memory_utilization` only when the missing memory" in _text(f)
+    assert "raise `gpu_memory_utilization` only when the missing memory" in flat(f)
     assert patched(f, "gpu_memory_utilization")
 
 
@@ -59,7 +55,7 @@ def test_xformers_built_for_other_torch_is_named_with_both_versions(analyze: Ana
     assert got["torch_version"] == "2.8.0.dev20250331+cu128"
     assert (got["torch_version_major"], got["torch_version_minor"]) == (2, 8)
     assert got["gpu_compute_capability"] == 12.0
-    text = _text(f)
+    text = flat(f)
     assert (
         "xformers was built for PyTorch 2.6.0+cu124 (CUDA 1204), but the torch installed is 2.8.0.dev20250331+cu128"
         in text
@@ -75,7 +71,7 @@ def test_xformers_built_for_other_torch_is_named_with_both_versions(analyze: Ana
 def test_xformers_released_torch_offers_the_matching_wheel(analyze: Analyze) -> None:
     a = rule_fixture(analyze, "python", "xformers-built-for-other-torch.match.log")
     f = root(a, "xformers-built-for-other-torch")
-    text = _text(f)
+    text = flat(f)
     assert "Reinstall xformers built for torch 2.2.1+cu121" in text
     assert "Or install the torch 2.1.0+cu121 it was built for" in text
     assert "Do not go back" not in text  # no GPU capability in this log
@@ -95,7 +91,7 @@ def test_torch_version_still_read_from_plain_lines(analyze: Analyze) -> None:
 def test_embedding_index_assert_has_no_label_advice(analyze: Analyze) -> None:
     a = read(analyze, "z-llamafactory-3119-pt-embedding-index-assert.log")
     f = root(a, "cuda-kernel-assertion-failed")
-    text = _text(f)
+    text = flat(f)
     assert "Labels:" not in text
     assert "`input_ids.max() < model.get_input_embeddings().num_embeddings`" in text
     assert "`model.resize_token_embeddings(len(tokenizer))`" in text
@@ -107,7 +103,7 @@ def test_embedding_index_assert_has_no_label_advice(analyze: Analyze) -> None:
 
 def test_loss_kernel_assert_keeps_label_advice(analyze: Analyze) -> None:
     a = rule_fixture(analyze, "cuda", "cuda-kernel-assertion-failed.match-loss.log")
-    text = _text(root(a, "cuda-kernel-assertion-failed"))
+    text = flat(root(a, "cuda-kernel-assertion-failed"))
     assert "Labels: keep them within `[0, vocab_size)`" in text
     assert "resize_vocab" not in text
 
@@ -129,7 +125,7 @@ def test_fragmentation_with_micro_batch_one_names_sequence_length(analyze: Analy
     got = facts(a)
     assert got["micro_batch_per_gpu"] == 1
     assert got["alloc_max_split_mb"] == 128
-    text = _text(f)
+    text = flat(f)
     assert "fewer tokens or sequences per micro batch" not in text
     assert "the micro batch is already 1 sequence" in text
     assert "Cap the sequence length" in text
@@ -143,7 +139,7 @@ def test_fragmentation_with_micro_batch_one_names_sequence_length(analyze: Analy
 def test_fragmentation_with_larger_micro_batch_keeps_fewer_sequences(analyze: Analyze) -> None:
     log = b"micro_batch_size=4\n" + _OOM_303.encode()
     a = analyze(log, name="x.log")
-    text = _text(root(a, "cuda-out-of-memory"))
+    text = flat(root(a, "cuda-out-of-memory"))
     assert "fewer tokens or sequences per micro batch" in text
     assert "the micro batch is already" not in text
     assert "`max_split_size_mb` is already set" not in text
@@ -158,7 +154,7 @@ def test_colossalai_kill_after_steps_is_not_read_as_start_up(analyze: Analyze) -
     got = facts(a)
     # no loss line (metric_lines 0): the step lines decide
     assert got["train_step_progress"] == "3/1000"
-    text = _text(f)
+    text = flat(f)
     assert "This log shows no training step" not in text
     assert "sync_module_states" not in text and "low_cpu_mem_usage" not in text
     assert "The log shows training step 3/1000 running before the kill" in text
@@ -168,7 +164,7 @@ def test_colossalai_kill_after_steps_is_not_read_as_start_up(analyze: Analyze) -
 
 def test_kill_with_no_step_shown_keeps_start_up_reading(analyze: Analyze) -> None:
     a = rule_fixture(analyze, "host", "process-killed-sigkill.match-agent.log")
-    text = _text(root(a, "process-killed-sigkill"))
+    text = flat(root(a, "process-killed-sigkill"))
     assert "This log shows no training step before the kill" in text
     assert "running before the kill" not in text
     assert "placement_policy" not in text
