@@ -5,7 +5,7 @@ DataLoader stop-gap where accelerate's self-test fails the same way."""
 from __future__ import annotations
 
 from app.engine.pipeline.ingest import rank_from_name
-from tests.advicekit import CORPUS, facts, root, rule_fixture, set_reader
+from tests.advicekit import CORPUS, facts, flat, root, rule_fixture, set_reader
 from tests.conftest import Analyze
 
 _nine = set_reader("advice9")
@@ -52,3 +52,10 @@ def test_a_desync_says_how_long_the_ranks_already_waited(analyze: Analyze) -> No
     text = root(a, "dist-collective-desync").remediation
     assert "the ranks already waited 1800000 ms (30 minutes)" in text
     assert "will never match." not in text  # the plain wording is for a log without the value
+
+
+def test_fragmentation_says_how_little_the_live_tensors_hold(analyze: Analyze) -> None:
+    a = set_reader("advice7")(analyze, "q-minerva-42-oom-reserved-unallocated.log")
+    text = flat(root(a, "cuda-out-of-memory"))
+    assert "PyTorch's live tensors hold only 23.0 GiB of the 63.3 GiB" in text
+    assert "not the first fix" in text
