@@ -15,6 +15,7 @@ from fastapi.staticfiles import StaticFiles
 from app.errors import LogtriageError
 from app.http.context import AppContext
 from app.http.edge import Edge
+from app.render.action import folded_note
 from app.render.html import inline, markdown_block
 from app.web.pages import STATIC_DIR
 from app.web.routes import auth, docs, history, hosts, learn, report, rules, trends, upload, viewer
@@ -89,6 +90,7 @@ def make_templates() -> jinja2.Environment:
     )
     env.filters["inline_md"] = inline_md
     env.filters["md"] = markdown_block
+    env.filters["folded_note"] = folded_note
     env.globals["nav_items"] = nav_items()
     return env
 
