@@ -38,6 +38,7 @@ from app.engine.pipeline.scan import (
     scan_source,
     split_points,
 )
+from app.engine.pipeline.tailmarks import marked, marked_indices
 from app.engine.pipeline.verdict import decide
 from app.engine.signals import find_signals
 from app.engine.timeline.builder import build as build_timeline
@@ -272,7 +273,7 @@ def _sigbus_processes(scans: list[Any]) -> int:
     """How many processes the launcher's failure table reports killed by SIGBUS (by pid)."""
     pids: set[tuple[str, str]] = set()
     for s in scans:
-        for _n, text in s.tail:
+        for _n, text in marked(s, "sigbus"):
             if "-7 (pid" in text or "SIGBUS" in text:
                 m = _SIGBUS_PID.search(text)
                 if m:
@@ -292,7 +293,7 @@ def _launcher_closed_pids(scans: list[Any]) -> tuple[str, str] | None:
     pids: list[str] = []
     signal = ""
     for s in scans:
-        for _n, text in s.tail:
+        for _n, text in marked(s, "closing"):
             if "closing signal" in text:
                 m = _CLOSING.search(text)
                 if m:
@@ -316,21 +317,21 @@ def _ray_active_nodes(scans: list[Any]) -> int | None:
     """The nodes the last `ray status` summary lists as active or idle; None without one."""
     total: int | None = None
     for s in scans:
-        section = False
-        for _n, text in s.tail:
-            line = text.strip()
-            if line in ("Active:", "Idle:"):
-                if line == "Active:":
-                    total = 0
-                section = total is not None
+        tail = s.tail
+        # from each header on: its node lines up to the first line that is not one
+        for i in marked_indices(s, "ray_status"):
+            line = tail[i][1].strip()
+            if line not in ("Active:", "Idle:"):
                 continue
-            if not section:
+            if line == "Active:":
+                total = 0
+            if total is None:
                 continue
-            m = _RAY_NODE_LINE.match(text)
-            if m and total is not None:
+            for _n, text in tail[i + 1 :]:
+                m = _RAY_NODE_LINE.match(text)
+                if m is None:
+                    break
                 total += int(m.group(1))
-            else:
-                section = False
     return total or None
 
 
@@ -345,7 +346,7 @@ def _nccl_shared_host(scans: list[Any]) -> tuple[str, str] | None:
     the log's last lines, and those processes ("GPU [2] (pid 6897) and GPU [3] (pid 6898)")."""
     seen: dict[str, dict[str, str]] = {}  # host -> pid -> its local GPU
     for s in scans:
-        for _n, text in s.tail:
+        for _n, text in marked(s, "nccl"):
             if "NCCL" not in text:
                 continue
             m = _NCCL_PREFIX.search(text)
@@ -390,7 +391,7 @@ def _duplicate_rank_facts(scans: list[Any]) -> tuple[dict[str, Any], list[Fact]]
     world = 0
     where: tuple[str, int] | None = None
     for s in scans:
-        for n, text in s.tail:
+        for n, text in marked(s, "global_rank"):
             if "GLOBAL_RANK: " not in text:
                 continue
             m = _LIGHTNING_RANK.search(text)
@@ -451,7 +452,7 @@ def _tail_facts(scans: list[Any]) -> tuple[dict[str, Any], list[Fact]]:
     rows: list[tuple[int, int, str, str, int]] = []  # rss pages, pid, name, file, line
     killed: list[str] = []
     for s in scans:
-        for n, text in s.tail:
+        for n, text in marked(s, "oom_task_row", "ds_killing"):
             if "] " in text:
                 m = _OOM_TASK_ROW.search(text)
                 if m:

@@ -21,6 +21,7 @@ and last completed work. Then:
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import Counter, defaultdict
@@ -28,6 +29,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.engine.pipeline.tailmarks import marked
 from app.engine.timeline import clockskew, flight
 from app.engine.timeline.clock import parse_time, year_of
 from app.engine.timeline.failslow import fail_slow
@@ -808,7 +810,7 @@ def launcher_exits(scans: Sequence[Any]) -> dict[int, LauncherExit]:
     for scan in scans:
         section: str | None = None
         headed = False
-        for lineno, text in scan.tail:
+        for lineno, text in marked(scan, "torchrun_table"):
             # the substring tests keep the searches off the many lines that cannot be table rows
             if ("Failures:" in text and _TORCHRUN_OTHERS.search(text)) or (
                 "Root Cause" in text and _TORCHRUN_ROOT.search(text)
@@ -961,6 +963,10 @@ def _complete(verdicts: list[Verdict]) -> None:
         v.summary += f"; and {other.summary}"
 
 
+def _lineno(row: tuple[int, str]) -> int:
+    return row[0]
+
+
 def _step_times(scans: Sequence[Any], year: int | None) -> dict[int, dict[int, float]]:
     """rank -> step -> the time of the first metric line of that step the rank printed."""
     out: dict[int, dict[int, float]] = defaultdict(dict)
@@ -968,10 +974,13 @@ def _step_times(scans: Sequence[Any], year: int | None) -> dict[int, dict[int, f
         steps = {mp.line: mp for mp in scan.metrics if mp.step is not None}
         if not steps:
             continue
-        for lineno, text in scan.tail:
-            mp = steps.get(lineno)
-            if mp is None:
+        tail = scan.tail
+        # the tail is in line order: find each step's line in it rather than walk all of it
+        for lineno in sorted(steps):
+            i = bisect.bisect_left(tail, lineno, key=_lineno)
+            if i == len(tail) or tail[i][0] != lineno:
                 continue
+            mp, text = steps[lineno], tail[i][1]
             rank = mp.rank if mp.rank is not None else scan.rank_hint
             t = parse_time(text, year_hint=year)
             if rank is not None and t is not None:
@@ -1008,7 +1017,7 @@ def build(scans: Sequence[Any]) -> Timeline:
     fr_lines = [
         (scan.name, n, scan.rank_hint, text)
         for scan in scans
-        for n, text in scan.tail
+        for n, text in marked(scan, "flight_recorder")
         if text.startswith("[FR rank")
     ]
     fr = flight.judge(flight.entries(fr_lines)) if fr_lines else None

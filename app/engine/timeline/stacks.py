@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from app.engine.pipeline.tailmarks import marked
 from app.engine.timeline.model import Verdict, phase_of
 
 _PYSPY_THREAD = re.compile(
@@ -56,9 +57,9 @@ def stack_autopsy(scans: Sequence[Any]) -> tuple[dict[str, Any] | None, Verdict 
     Two groups blocked in different collectives are a code desync."""
     stacks: dict[int, list[str]] = {}
     for i, scan in enumerate(scans):
-        texts = [text for _n, text in scan.tail]
-        if not any(text.startswith("Thread ") for text in texts):
+        if not any(text.startswith("Thread ") for _n, text in marked(scan, "pyspy_thread")):
             continue
+        texts = [text for _n, text in scan.tail]
         frames = main_stack(texts)
         if frames:
             rank = scan.rank_hint if scan.rank_hint is not None else i
