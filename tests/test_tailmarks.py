@@ -198,3 +198,21 @@ def test_last_rows_and_their_texts_as_row_by_row() -> None:
             plain += bool(new) and not any(b"\r" in raw or b"\x1b" in raw for _n, raw in new)
     assert compared > 300
     assert plain > 50  # the one-decode path, not only the row-by-row one
+
+
+def test_line_starts_by_length_equal_those_by_encoding() -> None:
+    import random
+
+    from app.engine.pipeline.matcher import line_starts
+
+    rnd = random.Random(5)
+    for _ in range(300):
+        lines = [
+            "".join(rnd.choice("ab €\udc80") for _ in range(rnd.randint(0, 6)))
+            for _ in range(rnd.randint(1, 9))
+        ]
+        text = "\n".join(lines)
+        data = text.encode("utf-8", "surrogatepass")
+        fast = line_starts(lines, ascii=len(data) == len(text))
+        assert fast == line_starts(lines, ascii=False)
+        assert [data[s:].split(b"\n", 1)[0].decode("utf-8", "surrogatepass") for s in fast] == lines

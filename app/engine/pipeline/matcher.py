@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -196,24 +197,34 @@ class LineFilter:
                 for i, line in enumerate(lines)
                 if any(lit in line for lit in lits) or (test is not None and test(line))
             ]
-        data = "\n".join(lines).encode("utf-8", "surrogatepass")
+        text = "\n".join(lines)
+        data = text.encode("utf-8", "surrogatepass")
         ends: list[int] = []
         with self._lock:  # one scratch space per database: scans take turns (a fraction of a ms)
             self._db.scan(data, match_event_handler=lambda _id, _from, to, _flags, _ctx: ends.append(to))
         if not ends:
             return []
         # a line's byte offsets only when some line matched (rare on the lines this is for)
-        starts: list[int] = []
-        pos = 0
-        for line in lines:
-            starts.append(pos)
-            pos += len(line.encode("utf-8", "surrogatepass")) + 1
+        starts = line_starts(lines, ascii=len(data) == len(text))
         out: list[int] = []
         for to in sorted(set(ends)):
             i = bisect.bisect_right(starts, to - 1) - 1  # the line the match's last byte is in
             if not out or out[-1] != i:
                 out.append(i)
         return out
+
+
+def line_starts(lines: Sequence[str], *, ascii: bool) -> list[int]:
+    """The byte offset of each line in the lines joined by newlines and encoded as UTF-8.
+    `ascii`: the joined text encoded to as many bytes as it has characters (lengths are sizes)."""
+    if ascii:
+        return list(itertools.accumulate((len(line) + 1 for line in lines[:-1]), initial=0))
+    starts: list[int] = []
+    pos = 0
+    for line in lines:
+        starts.append(pos)
+        pos += len(line.encode("utf-8", "surrogatepass")) + 1
+    return starts
 
 
 class NullMatcher:

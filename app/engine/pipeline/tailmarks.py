@@ -22,7 +22,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from app.engine.pipeline.matcher import hyperscan_available
+from app.engine.pipeline.matcher import hyperscan_available, line_starts
 
 __all__ = ["MARKS", "marked", "marked_indices"]
 
@@ -115,16 +115,13 @@ class _Marks:
                     if rx.search(line) is not None:
                         found[owner[e]].add(i)
         else:
-            data = "\n".join(lines).encode("utf-8", "surrogatepass")
+            text = "\n".join(lines)
+            data = text.encode("utf-8", "surrogatepass")
             hits: list[tuple[int, int]] = []
             with self._lock:  # one scratch space: scans take turns (a fraction of a ms)
                 self._db.scan(data, match_event_handler=lambda eid, _f, to, _fl, _c: hits.append((eid, to)))
             if hits:
-                starts = [0]
-                pos = data.find(b"\n")
-                while pos >= 0:
-                    starts.append(pos + 1)
-                    pos = data.find(b"\n", pos + 1)
+                starts = line_starts(lines, ascii=len(data) == len(text))
                 owner = self._owner
                 for eid, to in hits:
                     found[owner[eid]].add(bisect.bisect_right(starts, to - 1) - 1)
