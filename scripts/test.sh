@@ -4,8 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-ruff check app tests bench
-ruff format --check app tests bench
+ruff check .
+ruff format --check .
 mypy app
 logtriage rules lint
 set +e

@@ -40,16 +40,23 @@ def _every_line(scan: Any) -> dict[str, list[int]]:
     return {name: every for name in tailmarks.MARKS}
 
 
-def _python_index(lines: list[str]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for name, (literals, regexes) in tailmarks.MARKS.items():
-        rxs = [re.compile(r) for r in regexes]
-        out[name] = [
-            i
-            for i, t in enumerate(lines)
-            if any(lit in t for lit in literals) or any(rx.search(t) for rx in rxs)
-        ]
-    return out
+# each mark as a regex, line by line: what the one-pass index must find
+ORACLE = {
+    "sigbus": r"-7 \(pid|SIGBUS",
+    "closing": r"closing signal",
+    "ray_status": r"Active:|Idle:",
+    "nccl": r"NCCL",
+    "global_rank": r"GLOBAL_RANK: ",
+    "oom_task_row": r"[0-9]\] +[0-9]",
+    "ds_killing": r"Killing subprocess",
+    "torchrun_table": r"Failures:|Root Cause|=====| : |\[[0-9]+\]:",
+    "flight_recorder": r"\[FR rank",
+    "pyspy_thread": r"Thread ",
+}
+
+
+def _oracle_index(lines: list[str]) -> dict[str, list[int]]:
+    return {name: [i for i, t in enumerate(lines) if re.search(rx, t)] for name, rx in ORACLE.items()}
 
 
 def _old_step_times(scans: list[FileScan], year: int | None) -> dict[int, dict[int, float]]:
@@ -97,14 +104,36 @@ def test_each_check_answers_as_a_walk_over_every_line(
     assert found > 100  # the marks do occur: the comparison is not between two empty answers
 
 
-def test_hyperscan_index_equals_pythons_line_by_line(compiled: CompiledLibrary) -> None:
+def test_the_index_equals_a_regex_line_by_line(compiled: CompiledLibrary) -> None:
     checked = 0
     for path in LOGS[::7]:
         scan = _scan(compiled, path)
         lines = [text for _n, text in scan.tail]
-        assert tailmarks._marks().index(lines) == _python_index(lines), path.name
+        want = _oracle_index(lines)
+        assert tailmarks.index_lines(lines, one_by_one=False) == want, path.name
+        assert tailmarks.index_lines(lines, one_by_one=True) == want, path.name
         checked += bool(lines)
     assert checked > 50
+
+
+def test_the_index_on_made_up_lines() -> None:
+    lines = [
+        "[ 202779]  1000 202779 274650088 243385180 1957441536     7930          -998 python",
+        "[2026-11-20 10:00:01] iteration 5/ 10 | lm loss: 2.1",  # a timestamp: no task row
+        "[rank0]: Traceback (most recent call last):",  # no torchrun entry
+        "  [0]:",
+        "  [12]:",
+        "€ ümlaut NCCL WARN x € closing signal",  # offsets past non-ASCII text
+        "",
+        "=" * 80,
+        "Sending process 46807 closing signal SIGTERM",
+    ]
+    assert set(ORACLE) == set(tailmarks.MARKS)
+    got = tailmarks.index_lines(lines, one_by_one=False)
+    assert got == tailmarks.index_lines(lines, one_by_one=True) == _oracle_index(lines)
+    assert got["oom_task_row"] == [0]
+    assert got["torchrun_table"] == [3, 4, 7]
+    assert got["closing"] == [5, 8]
 
 
 def test_a_replaced_tail_is_indexed_again() -> None:

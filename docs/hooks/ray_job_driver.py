@@ -2,7 +2,8 @@
 its logs to logtriage (run this where `ray job submit` would run: a CI runner, a laptop).
 
     export LOGTRIAGE_URL=http://logtriage.internal:8000 LOGTRIAGE_TOKEN=lt_...
-    python ray_job_driver.py --address http://ray-head:8265 [--max-attempts 3] -- python -m verl.trainer.main_ppo ...
+    python ray_job_driver.py --address http://ray-head:8265 [--max-attempts 3] \
+        -- python -m verl.trainer.main_ppo ...
 
 With --max-attempts above 1 it acts on logtriage's decision: a `retry` or `retry_excluding` is
 submitted again (the hosts to leave out are passed to the job as LOGTRIAGE_EXCLUDE_HOSTS in its
@@ -124,7 +125,8 @@ def main() -> int:
         excluded += new
         if new:
             print(
-                f"logtriage: leave out {', '.join(new)} (drain them: ray's node labels or a restart without GPUs)"
+                f"logtriage: leave out {', '.join(new)} "
+                "(drain them: ray's node labels or a restart without GPUs)"
             )
         previous = (job_key, found["LOGTRIAGE_ANALYSIS_ID"], did)
     print(f"logtriage: {args.max_attempts} attempts, none passed")

@@ -5,7 +5,8 @@ failure table, the launcher's closing signals, `ray status`, NCCL's line prefix,
 task table, DeepSpeed's killed subprocesses, Lightning's rank lines, the flight recorder, py-spy
 stacks. Each walked every line with its own substring tests: about ten walks, 5-7 ms of a 1 MB
 hook's CPU on a log of metric lines where no line qualifies (bench/README.md, "One hook alone").
-One Hyperscan pass over the joined lines answers all of them at once.
+The marks are found in the lines joined once, by one Hyperscan pass (`_Databases`); a few lines
+are tested one by one.
 
 A mark is a cheap superset of what its check parses: the check is handed the lines that hold the
 mark, in order, and tests each as before, so its answer is the one a walk over every line gives
@@ -26,9 +27,9 @@ from app.engine.pipeline.matcher import hyperscan_available, line_starts
 
 __all__ = ["MARKS", "marked", "marked_indices"]
 
-# name -> (literals, expressions): a line holds the mark when it holds a literal or an
-# expression matches in it. Expressions are written so Hyperscan and Python's `re` read them
-# alike, and never match a newline (the lines are searched joined by newlines).
+# name -> (literals, patterns): a line holds the mark when it holds one of the literals or one of
+# the patterns matches in it. Patterns read alike in Hyperscan and Python's `re` and never match
+# a newline (the lines are searched joined by newlines).
 MARKS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # torchrun's failure table (triage._sigbus_processes): "exitcode : -7 (pid: 16615)",
     # "Signal 7 (SIGBUS) received by PID 16615"
@@ -41,11 +42,13 @@ MARKS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "nccl": (("NCCL",), ()),
     # Lightning's "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/8"
     "global_rank": (("GLOBAL_RANK: ",), ()),
-    # the kernel OOM killer's task table row "[ 202779]  1000 202779 274650088 ..."
-    "oom_task_row": ((), (r"\[ *[0-9]+\] +[0-9]+ +[0-9]+",)),
+    # the kernel OOM killer's task table row "[ 202779]  1000 202779 274650088 ..." (a literal
+    # "] " would pass every timestamped line)
+    "oom_task_row": ((), (r"[0-9]\] +[0-9]",)),
     # DeepSpeed's launcher: "sigkill_handler] Killing subprocess 230"
     "ds_killing": (("Killing subprocess",), ()),
-    # torchrun's failure table: its headers, "[0]:" entries, "time : ..." fields, closing rule
+    # torchrun's failure table: its headers, "[0]:" entries (not "[rank0]:"), "time : ..."
+    # fields, its closing rule
     "torchrun_table": (("Failures:", "Root Cause", "=====", " : "), (r"\[[0-9]+\]:",)),
     # the flight recorder's dump lines "[FR rank 3] ..."
     "flight_recorder": (("[FR rank",), ()),
@@ -53,7 +56,8 @@ MARKS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "pyspy_thread": (("Thread ",), ()),
 }
 
-_NAMES = tuple(MARKS)
+# fewer lines are tested one by one: no database to build for a short log (the CLI's start-up)
+FEW_LINES = 256
 
 
 def marked(scan: Any, *names: str) -> list[tuple[int, str]]:
@@ -76,58 +80,79 @@ def _index_of(scan: Any) -> dict[str, list[int]]:
     cached = getattr(scan, "_tail_marks", None)
     if cached is not None and cached[0] is scan.tail:
         return cached[1]  # type: ignore[no-any-return]
-    index = _marks().index([text for _n, text in scan.tail])
+    index = index_lines([text for _n, text in scan.tail])
     scan._tail_marks = (scan.tail, index)
     return index
 
 
-class _Marks:
-    def __init__(self) -> None:
-        self._owner: list[int] = []  # expression id -> position of its mark in _NAMES
-        expressions: list[str] = []
-        for k, name in enumerate(_NAMES):
-            literals, regexes = MARKS[name]
-            for e in [re.escape(lit) for lit in literals] + list(regexes):
-                expressions.append(e)
-                self._owner.append(k)
-        self._python = [re.compile(e) for e in expressions]
-        self._db: Any = None
-        self._lock = threading.Lock()
-        if hyperscan_available():
-            import hyperscan as hs
+def index_lines(lines: Sequence[str], *, one_by_one: bool | None = None) -> dict[str, list[int]]:
+    """Each mark's lines (indices, ascending) among `lines`. `one_by_one`: test each line in
+    Python (default: for a few lines, or without Hyperscan)."""
+    if one_by_one is None:
+        one_by_one = len(lines) < FEW_LINES or not hyperscan_available()
+    if one_by_one:
+        return {
+            name: [
+                i
+                for i, line in enumerate(lines)
+                if any(lit in line for lit in literals) or any(rx.search(line) for rx in _python(patterns))
+            ]
+            for name, (literals, patterns) in MARKS.items()
+        }
+    return _databases().index(lines)
 
+
+@functools.cache
+def _python(patterns: tuple[str, ...]) -> list[re.Pattern[str]]:
+    return [re.compile(p) for p in patterns]
+
+
+class _Databases:
+    """The marks in two Hyperscan databases, the literals in one and the patterns in the other:
+    in one database together they took 40-80 ms to compile, more than a CLI run saves; apart,
+    a few milliseconds, once per process."""
+
+    def __init__(self) -> None:
+        import hyperscan as hs
+
+        self._owners: list[list[str]] = []
+        self._dbs: list[Any] = []
+        for kind in (0, 1):
+            owners: list[str] = []
+            expressions: list[bytes] = []
+            for name, parts in MARKS.items():
+                for e in parts[kind]:
+                    expressions.append((re.escape(e) if kind == 0 else e).encode())
+                    owners.append(name)
             db = hs.Database(mode=hs.HS_MODE_BLOCK)
             db.compile(
-                expressions=[e.encode() for e in expressions],
+                expressions=expressions,
                 ids=list(range(len(expressions))),
                 elements=len(expressions),
                 flags=[0] * len(expressions),
             )
             db.scratch = hs.Scratch(db)
-            self._db = db
+            self._dbs.append(db)
+            self._owners.append(owners)
+        self._lock = threading.Lock()
 
     def index(self, lines: Sequence[str]) -> dict[str, list[int]]:
-        found: list[set[int]] = [set() for _ in _NAMES]
-        if self._db is None:
-            owner = self._owner
-            for i, line in enumerate(lines):
-                for e, rx in enumerate(self._python):
-                    if rx.search(line) is not None:
-                        found[owner[e]].add(i)
-        else:
-            text = "\n".join(lines)
-            data = text.encode("utf-8", "surrogatepass")
-            hits: list[tuple[int, int]] = []
-            with self._lock:  # one scratch space: scans take turns (a fraction of a ms)
-                self._db.scan(data, match_event_handler=lambda eid, _f, to, _fl, _c: hits.append((eid, to)))
-            if hits:
-                starts = line_starts(lines, ascii=len(data) == len(text))
-                owner = self._owner
-                for eid, to in hits:
-                    found[owner[eid]].add(bisect.bisect_right(starts, to - 1) - 1)
-        return {name: sorted(found[k]) for k, name in enumerate(_NAMES)}
+        text = "\n".join(lines)
+        data = text.encode("utf-8", "surrogatepass")
+        hits: list[tuple[str, int]] = []
+        with self._lock:  # one scratch space a database: scans take turns (a fraction of a ms)
+            for db, owners in zip(self._dbs, self._owners, strict=True):
+                db.scan(
+                    data, match_event_handler=lambda eid, _f, to, _fl, _c, o=owners: hits.append((o[eid], to))
+                )
+        found: dict[str, set[int]] = {name: set() for name in MARKS}
+        if hits:
+            starts = line_starts(lines, ascii=len(data) == len(text))
+            for name, to in hits:
+                found[name].add(bisect.bisect_right(starts, to - 1) - 1)  # the line of its last byte
+        return {name: sorted(rows) for name, rows in found.items()}
 
 
 @functools.cache
-def _marks() -> _Marks:
-    return _Marks()
+def _databases() -> _Databases:
+    return _Databases()

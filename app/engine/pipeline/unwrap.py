@@ -14,6 +14,7 @@ line starts with its prefix again.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 MIN_WIDTH = 60  # narrower "wraps" are ordinary short lines
@@ -58,7 +59,7 @@ def joined_lines(blocks: list[tuple[int, bytes]]) -> list[Joined]:
         # the common case, and a log's whole tail (up to 1 MiB) is looked at on every upload:
         # a row's width is its length, and most logs are not wrapped, so the rows are only built
         # for one that is (the per-row calls took ~4 ms of a 1 MB hook's analysis)
-        widths = [len(raw) for _, data in blocks for raw in _split(data)]
+        widths = list(itertools.chain.from_iterable(map(len, _split(data)) for _, data in blocks))
         if wrap_width(widths) is None:
             return []
     rows: list[tuple[int, bytes]] = []
