@@ -34,7 +34,7 @@ def test_a_timeout_asks_for_every_ranks_logs_and_rays_folders_only_on_ray(
     on_ray = _triage(compiled, tmp_path, "2024-08-20 11:30:01 INFO Started a local Ray instance.\n" + TIMEOUT)
     assert "ray" in on_ray.stats["frameworks_detected"]
     assert any("all ranks" in s and "/tmp/ray/session_latest/logs" in s for s in on_ray.next_steps)
-    # verl runs its workers as Ray actors even where the log never prints Ray's own lines
+    # verl's workers print under Ray's actor prefix "(WorkerDict pid=...)": Ray's own line
     verl = _triage(
         compiled, tmp_path, '(WorkerDict pid=7) File "/x/verl/trainer/main_ppo.py", line 3\n' + TIMEOUT
     )

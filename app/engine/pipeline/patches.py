@@ -294,14 +294,23 @@ def _yaml_scalar(v: Any) -> str:
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
-# frameworks whose workers are Ray actors: an env var reaches them through a runtime_env
-RAY_BASED = frozenset({"ray", "verl", "openrlhf", "roll", "slime", "chatlearn"})
+# What shows a job running on Ray: Ray's own lines (detected as `ray`, rules/frameworks.yaml: its
+# worker prefixes, raylet, ray.exceptions), or a framework that runs only on Ray (slime, ROLL,
+# ChatLearn). Not verl or OpenRLHF by name: verl's SFT trainer runs under torchrun and OpenRLHF's
+# SFT/DPO under deepspeed, so only their Ray lines say that their workers are Ray actors.
+RAY_BASED = frozenset({"ray", "roll", "slime", "chatlearn"})
+
+
+def runs_on_ray(frameworks: Iterable[str]) -> bool:
+    """Whether the detected frameworks show the job on Ray (its workers Ray actors, an env var
+    reaching them through a runtime_env and their logs in Ray's session folders)."""
+    return bool(RAY_BASED & set(frameworks))
 
 
 def ray_env_block(patches: Iterable[Patch], *, frameworks: Iterable[str]) -> str | None:
     """The env patches as a Ray `runtime_env`, for a job the log shows running on Ray (a Ray
     block in the report of a plain torchrun or DeepSpeed job is advice for another stack)."""
-    if not RAY_BASED & set(frameworks):
+    if not runs_on_ray(frameworks):
         return None
     env = {
         p.path[-1]: _scalar(p.value, dialect="env") for p in patches if p.target == "env" and p.op == "set"

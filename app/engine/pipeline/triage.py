@@ -27,7 +27,14 @@ from app.engine.pipeline.expr import evaluate as evaluate_expression
 from app.engine.pipeline.findings import RuleMatch
 from app.engine.pipeline.ingest import ByteBudget, Source, file_size, human_bytes, too_large
 from app.engine.pipeline.library import DERIVED_FACTS, FRAMEWORKS, Library, Rule
-from app.engine.pipeline.patches import ConfigView, compute_patches, config_diff, for_detected, select_specs
+from app.engine.pipeline.patches import (
+    ConfigView,
+    compute_patches,
+    config_diff,
+    for_detected,
+    runs_on_ray,
+    select_specs,
+)
 from app.engine.pipeline.rank import Ranked, rank
 from app.engine.pipeline.redact import redact_text
 from app.engine.pipeline.scan import (
@@ -67,8 +74,7 @@ NEXT_STEPS_WAITED = (
     "The ranks that report a timeout were waiting for a peer: collect the logs of all ranks{ray} "
     "and run logtriage on them together; the first failure in time is the one to fix."
 )
-# the RL frameworks run their workers as Ray actors: their logs are in Ray's folders
-RUN_ON_RAY = frozenset({"ray", "verl", "openrlhf", "roll", "slime", "chatlearn"})
+# a job the log shows on Ray (patches.runs_on_ray): its workers' logs are in Ray's folders
 RAY_WORKER_LOGS = " (every Ray worker's `*.err`/`*.out` under /tmp/ray/session_latest/logs)"
 NEXT_STEPS_HARDWARE = "Check the nodes for hardware faults: `dmesg -T | grep -iE 'xid|nvrm|ecc'`."
 
@@ -92,7 +98,7 @@ def _next_steps(
     if root is not None:
         if root.failure_class != WAITED_FOR_A_PEER:
             return []
-        ray = RAY_WORKER_LOGS if RUN_ON_RAY & set(frameworks) else ""
+        ray = RAY_WORKER_LOGS if runs_on_ray(frameworks) else ""
         return [NEXT_STEPS_WAITED.format(ray=ray), NEXT_STEPS_HARDWARE]
     steps = [f"To confirm {p.failure_class} ({p.title}): {p.confirm}" for p in possible]
     exc = next((f for f in findings if f.failure_class == "python.unhandled_exception"), None)
