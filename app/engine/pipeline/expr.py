@@ -156,7 +156,9 @@ def holds(condition: str | None, scope: Scope) -> bool:
     if not condition:
         return True
     try:
-        return bool(render_template("{" + condition + "}", scope))
+        if "{" in condition or "}" in condition:
+            return bool(render_template("{" + condition + "}", scope))
+        return bool(evaluate(condition.strip(), scope))  # what the template would do, unwrapped
     except Missing:
         return False
     except (TypeError, ValueError, ZeroDivisionError) as exc:
@@ -230,6 +232,44 @@ def _eval(node: ast.AST, scope: Scope) -> Any:
     if isinstance(node, ast.List | ast.Tuple):
         return [_eval(e, scope) for e in node.elts]
     raise ExprError(f"{type(node).__name__} is not allowed in rule expressions")
+
+
+@lru_cache(maxsize=4096)
+def required_names(source: str) -> frozenset[str]:
+    """The names `evaluate(source, ...)` looks up whatever their values: where one is missing,
+    the expression cannot give a value (it raises Missing, or an error met before it). Operands
+    evaluated only on some paths (an `if`'s branches, the `and`/`or` operands after the first,
+    comparisons after the first, `has()`'s arguments) are not counted. A library's derived facts
+    are ~200 expressions tried on every analysis; most need a fact the log lacks, and this lets
+    them be skipped without evaluating them (ExprError when `source` is not an expression)."""
+    out: set[str] = set()
+
+    def walk(node: ast.AST) -> None:
+        if isinstance(node, ast.Name):
+            if node.id not in ("True", "False", "None"):
+                out.add(node.id)
+        elif isinstance(node, ast.BinOp):
+            walk(node.left)
+            walk(node.right)
+        elif isinstance(node, ast.UnaryOp):
+            walk(node.operand)
+        elif isinstance(node, ast.BoolOp):
+            walk(node.values[0])
+        elif isinstance(node, ast.Compare):
+            walk(node.left)
+            walk(node.comparators[0])
+        elif isinstance(node, ast.IfExp):
+            walk(node.test)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id != "has":
+                for arg in node.args:
+                    walk(arg)
+        elif isinstance(node, ast.List | ast.Tuple):
+            for e in node.elts:
+                walk(e)
+
+    walk(_parse(source))
+    return frozenset(out)
 
 
 def _literal_str(node: ast.AST) -> str:
