@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from app.engine.pipeline.expr import ExprError, parse_expression
+from app.engine.pipeline.expr import ExprError, parse_expression, required_names
 from app.engine.pipeline.triggers import KINDS as TRIGGER_KINDS
 from app.errors import RuleError
 
@@ -434,6 +434,9 @@ class FactSpec:
     # instead of patterns: an expression over other facts, computed once the log is read
     # ("oom_total - oom_free - oom_this_process"); absent when a fact it needs is
     value: str | None = None
+    # the names every evaluation of `value` looks up (expr.required_names), kept with the cached
+    # library: an analysis skips the expression unparsed when the log lacks one
+    required: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -772,7 +775,8 @@ def _load_facts(root: Path) -> list[FactSpec]:
                 parse_expression(str(value))
             except ExprError as exc:
                 raise RuleError(f"value: {exc}", file=str(path), field=name) from None
-            out.append(FactSpec(name=name, type=ftype, patterns=(), value=str(value)))
+            need = required_names(str(value))
+            out.append(FactSpec(name=name, type=ftype, patterns=(), value=str(value), required=need))
             continue
         for p in pats:
             try:
@@ -831,7 +835,7 @@ def _library_key(root: Path) -> str:
     return h.hexdigest()[:24]
 
 
-_CACHE_FORMAT = "lib-5"
+_CACHE_FORMAT = "lib-6"
 
 
 def load_library(root: Path | None = None, *, cache_dir: Path | None = None) -> Library:

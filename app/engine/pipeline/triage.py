@@ -22,7 +22,7 @@ import regex
 
 from app.engine.models import Analysis, Evidence, Fact, Finding, FrameworkInfo, PossibleCause, SignalLine
 from app.engine.pipeline import triggers
-from app.engine.pipeline.expr import ExprError, Missing, Scope, holds, required_names
+from app.engine.pipeline.expr import ExprError, Missing, Scope, holds
 from app.engine.pipeline.expr import evaluate as evaluate_expression
 from app.engine.pipeline.findings import RuleMatch
 from app.engine.pipeline.ingest import ByteBudget, Source, file_size, human_bytes, too_large
@@ -896,7 +896,7 @@ def triage(
         if spec.value is not None:
             # a fact it needs is not in the log (or not a number): no value
             with contextlib.suppress(Missing, ExprError, TypeError, ValueError, ZeroDivisionError):
-                if not required_names(spec.value) <= facts.keys():
+                if not spec.required <= facts.keys():
                     continue  # as its evaluation would end: Missing, or an error before it
                 v = evaluate_expression(spec.value, Scope(facts=facts))
                 if v is None:
