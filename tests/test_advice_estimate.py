@@ -96,7 +96,10 @@ def test_an_estimate_in_gib_gives_one_gap(analyze: Analyze) -> None:
     assert got["oom_above_stated_estimate_gib"] == 20.0
     assert "oom_above_stated_estimate_min_gib" not in got
     text = flat(root(a, RULE))
-    assert "The log states an estimate that this job needs 50 GiB" in text and "20.0 GiB above the estimate" in text
+    assert (
+        "The log states an estimate that this job needs 50 GiB" in text
+        and "20.0 GiB above the estimate" in text
+    )
     assert "if they are GiB" not in text
 
 
