@@ -333,8 +333,8 @@ def _ray_active_nodes(scans: list[Any]) -> int | None:
                 total = 0
             if total is None:
                 continue
-            for _n, text in tail[i + 1 :]:
-                m = _RAY_NODE_LINE.match(text)
+            for j in range(i + 1, len(tail)):  # read on in place: a slice would copy the rest
+                m = _RAY_NODE_LINE.match(tail[j][1])
                 if m is None:
                     break
                 total += int(m.group(1))
