@@ -38,8 +38,18 @@ def _reference(lines: list[str]) -> list[int]:
 def test_the_one_pass_search_finds_exactly_the_lines_each_test_finds() -> None:
     filt = LineFilter(ERROR_LITERALS)
     rng = random.Random(20261127)
+    # below FEW_LINES each line is tested in Python and no database is compiled (a one-line
+    # log's start-up); from there on the one pass answers
+    for _ in range(50):
+        lines = _lines(rng, rng.randrange(0, matcher.FEW_LINES))
+        assert filt.lines_with(lines) == _reference(lines), lines
+    assert filt._db is None
     for _ in range(300):
-        lines = _lines(rng, rng.randrange(0, 40))
+        lines = _lines(rng, rng.randrange(matcher.FEW_LINES, 3 * matcher.FEW_LINES))
+        assert filt.lines_with(lines) == _reference(lines), lines
+    assert filt._db is not None
+    for _ in range(50):  # and once compiled, it answers for a few lines too
+        lines = _lines(rng, rng.randrange(0, matcher.FEW_LINES))
         assert filt.lines_with(lines) == _reference(lines), lines
 
 
@@ -85,7 +95,8 @@ def test_the_rank_gate_for_many_lines_keeps_every_line_the_one_line_gate_keeps(
     monkeypatch.setattr(lines_mod, "_rank_filter", lines_mod._rank_filter.__wrapped__)
     rng = random.Random(3)
     for _ in range(200):
-        texts = ["".join(rng.choice(RANK_PIECES) for _ in range(rng.randrange(0, 5))) for _ in range(30)]
+        n = rng.choice((30, 3 * matcher.FEW_LINES))  # each line in Python, or one pass
+        texts = ["".join(rng.choice(RANK_PIECES) for _ in range(rng.randrange(0, 5))) for _ in range(n)]
         kept = set(lines_mod.lines_naming_ranks(texts))
         assert {i for i, t in enumerate(texts) if lines_mod.may_name_rank(t)} <= kept
         # what it keeps beyond them names no rank

@@ -156,8 +156,6 @@ def find_signals(
 
     ``tails``: (file name, [(line number, text)]) in the files' order; ``redact`` applies to
     each kept text (None: the lines are redacted already)."""
-    from app.engine.templates import mask, template_key
-
     latest: dict[str, tuple[int, Signal]] = {}
     n = 0
     for name, lines in tails:
@@ -202,6 +200,9 @@ def find_signals(
             if not msg or _FRAME.match(body) or (body[:1].isspace() and not raised):
                 continue  # a frame or source line through a logger ("ERROR ... [core.py:708]   raise e")
             weight = 2 if raised or _EXCEPTION.match(msg) else 1 if _LEVEL.search(msg) else 0
+            # imported here: its patterns take ~5 ms to compile, and most short logs hold no signal
+            from app.engine.templates import mask, template_key
+
             template = mask(msg[:MAX_TEXT])
             if raised and frame is not None:
                 template = _raised_in(frame, msg) + template

@@ -373,6 +373,12 @@ class FrameworkDetector:
     title: str
     detect: tuple[str, ...]
     version: tuple[str, ...]
+    # a mark the framework stamps on every line of its processes' output (Ray's "(WorkerDict
+    # pid=312563, ip=...)" prefix): searched for only in a file's first 256 KiB and last 1 MiB
+    # (scan.SAMPLE_HEAD_BYTES, METRIC_TAIL_BYTES). A literal on every line costs the scan of each
+    # chunk it is searched in (~1 ms/MiB each on a Ray log, a quarter of the context patterns'),
+    # and one sighting is all a detector needs.
+    detect_sampled: tuple[str, ...] = ()
     # config keys and flags only this framework has: advice naming one belongs in a step or patch
     # for this framework (`logtriage rules lint`), not in text every job gets
     keys: tuple[str, ...] = ()
@@ -431,6 +437,9 @@ class FactSpec:
     name: str
     type: Literal["int", "float", "str", "bool", "size"]  # size: "21.06 MiB" -> bytes (int)
     patterns: tuple[str, ...]
+    # as `patterns`, for a value on every line that holds it (Ray's prefix "ip="): searched for only
+    # in a file's first 256 KiB and last 1 MiB, as FrameworkDetector.detect_sampled
+    sampled: tuple[str, ...] = ()
     # instead of patterns: an expression over other facts, computed once the log is read
     # ("oom_total - oom_free - oom_this_process"); absent when a fact it needs is
     value: str | None = None
@@ -738,7 +747,11 @@ def _load_frameworks(root: Path) -> list[FrameworkDetector]:
     for name, spec in data.get("frameworks", {}).items():
         if name not in FRAMEWORKS:
             raise RuleError(f"unknown framework {name!r}", file=str(path), field="frameworks")
-        for p in [*spec.get("detect", []), *spec.get("version", []), *spec.get("keys", [])]:
+        unknown = set(spec) - {"title", "keys", "detect", "detect_sampled", "version"}
+        if unknown:
+            raise RuleError(f"unknown keys {sorted(unknown)}", file=str(path), field=name)
+        detect = [*spec.get("detect", []), *spec.get("detect_sampled", [])]
+        for p in [*detect, *spec.get("version", []), *spec.get("keys", [])]:
             try:
                 _check_pattern(p)
             except ValueError as exc:
@@ -748,6 +761,7 @@ def _load_frameworks(root: Path) -> list[FrameworkDetector]:
                 name=name,
                 title=spec.get("title", name),
                 detect=tuple(spec.get("detect", [])),
+                detect_sampled=tuple(spec.get("detect_sampled", [])),
                 version=tuple(spec.get("version", [])),
                 keys=tuple(spec.get("keys", [])),
             )
@@ -762,13 +776,17 @@ def _load_facts(root: Path) -> list[FactSpec]:
     data = _read_yaml(path) or {}
     out = []
     for name, spec in (data.get("facts") or {}).items():
+        unknown = set(spec) - {"type", "patterns", "patterns_sampled", "value"}
+        if unknown:
+            raise RuleError(f"unknown keys {sorted(unknown)}", file=str(path), field=name)
         ftype = spec.get("type", "str")
         if ftype not in ("int", "float", "str", "bool", "size"):
             raise RuleError(f"unknown type {ftype!r}", file=str(path), field=f"{name}.type")
         pats = tuple(spec.get("patterns") or ())
+        sampled = tuple(spec.get("patterns_sampled") or ())
         value = spec.get("value")
-        if bool(pats) == (value is not None):
-            why = "a fact has either patterns or a value (an expression)"
+        if bool(pats or sampled) == (value is not None):
+            why = "a fact has either patterns or a value (an expression), not both nor neither"
             raise RuleError(why, file=str(path), field=name)
         if value is not None:
             try:
@@ -778,14 +796,14 @@ def _load_facts(root: Path) -> list[FactSpec]:
             need = required_names(str(value))
             out.append(FactSpec(name=name, type=ftype, patterns=(), value=str(value), required=need))
             continue
-        for p in pats:
+        for p in (*pats, *sampled):
             try:
                 _check_pattern(p)
             except ValueError as exc:
                 raise RuleError(str(exc), file=str(path), field=name) from None
             if "value" not in regex.compile(p).groupindex:
                 raise RuleError(f"pattern {p!r} must capture `value`", file=str(path), field=name)
-        out.append(FactSpec(name=name, type=ftype, patterns=pats))
+        out.append(FactSpec(name=name, type=ftype, patterns=pats, sampled=sampled))
     return out
 
 
@@ -821,6 +839,9 @@ def load_rule(path: Path, *, classes: dict[str, FailureClass] | None = None) -> 
 
 def _library_key(root: Path) -> str:
     h = hashlib.sha256(_CACHE_FORMAT.encode())
+    # two copies of the library with the same files' stats (a tree unpacked twice) each keep
+    # their own cache: a cached library is only used for the root it was loaded from
+    h.update(f"{root};".encode())
     # the schema is this file and the trigger kinds: a cache pickled by another version of them
     # is another format
     for own in (Path(__file__), Path(__file__).with_name("triggers.py")):
@@ -835,7 +856,7 @@ def _library_key(root: Path) -> str:
     return h.hexdigest()[:24]
 
 
-_CACHE_FORMAT = "lib-6"
+_CACHE_FORMAT = "lib-7"
 
 
 def load_library(root: Path | None = None, *, cache_dir: Path | None = None) -> Library:

@@ -150,6 +150,10 @@ class RegexMatcher:
             start = end + 1
 
 
+# fewer lines are tested one by one in Python unless the database is there already
+FEW_LINES = 64
+
+
 class LineFilter:
     """Which of many lines hold any of a few literals (case-sensitive), in one pass over them all.
 
@@ -173,23 +177,30 @@ class LineFilter:
         self._extra_test = extra_test
         self._db: Any = None
         self._lock = threading.Lock()
-        expressions = [regex.escape(lit) for lit in self._literals] + list(extra)
-        if hyperscan_available() and expressions:
-            import hyperscan as hs
+        self._expressions = [regex.escape(lit) for lit in self._literals] + list(extra)
 
-            db = hs.Database(mode=hs.HS_MODE_BLOCK)
-            db.compile(
-                expressions=[e.encode() for e in expressions],
-                ids=list(range(len(expressions))),
-                elements=len(expressions),
-                flags=[0] * len(expressions),
-            )
-            db.scratch = hs.Scratch(db)
-            self._db = db
+    def _database(self) -> Any:
+        """Compiled on first use with enough lines (~1 ms each: a one-line log's CLI run needs none)."""
+        with self._lock:
+            if self._db is None and hyperscan_available() and self._expressions:
+                import hyperscan as hs
+
+                expressions = self._expressions
+                db = hs.Database(mode=hs.HS_MODE_BLOCK)
+                db.compile(
+                    expressions=[e.encode() for e in expressions],
+                    ids=list(range(len(expressions))),
+                    elements=len(expressions),
+                    flags=[0] * len(expressions),
+                )
+                db.scratch = hs.Scratch(db)
+                self._db = db
+            return self._db
 
     def lines_with(self, lines: Sequence[str]) -> list[int]:
         """The indices, ascending, of the lines holding at least one of the literals."""
-        if self._db is None:
+        db = self._db if len(lines) < FEW_LINES else self._database()
+        if db is None:
             lits = self._literals
             test = self._extra_test
             return [
@@ -201,7 +212,7 @@ class LineFilter:
         data = text.encode("utf-8", "surrogatepass")
         ends: list[int] = []
         with self._lock:  # one scratch space per database: scans take turns (a fraction of a ms)
-            self._db.scan(data, match_event_handler=lambda _id, _from, to, _flags, _ctx: ends.append(to))
+            db.scan(data, match_event_handler=lambda _id, _from, to, _flags, _ctx: ends.append(to))
         if not ends:
             return []
         # a line's byte offsets only when some line matched (rare on the lines this is for)

@@ -138,6 +138,15 @@ class CompiledLibrary:
                 add("fw_detect", fw.name, text)
             for text in fw.version:
                 add("fw_version", fw.name, text)
+        n_context = len(entries)
+        # marks on every line of a job that has them (Ray's worker prefix): a third matcher, run
+        # on a file's first SAMPLE_HEAD_BYTES and last METRIC_TAIL_BYTES only (scan_sampled)
+        for fact in library.facts:
+            for text in fact.sampled:
+                add("fact", fact.name, text)
+        for fw in library.frameworks:
+            for text in fw.detect_sampled:
+                add("fw_detect", fw.name, text)
         self.entries = entries
         # Rules scan every byte. Facts and framework detectors form a second, "context" matcher
         # that scans only the head and tail of a plain file (see CONTEXT_BYTES): their patterns
@@ -145,14 +154,21 @@ class CompiledLibrary:
         n_rules = sum(1 for e in entries if e.role in ("any", "all", "not", "probe", "metric"))
         self.matcher: Matcher = build_matcher(specs[:n_rules], engine=engine, cache_dir=cache_dir)
         self.context_matcher: Matcher | None = (
-            build_matcher(specs[n_rules:], engine=engine, cache_dir=cache_dir, id_offset=n_rules)
-            if len(specs) > n_rules
+            build_matcher(specs[n_rules:n_context], engine=engine, cache_dir=cache_dir, id_offset=n_rules)
+            if n_context > n_rules
             else None
         )
+        self.sample_matcher: Matcher | None = (
+            build_matcher(specs[n_context:], engine=engine, cache_dir=cache_dir, id_offset=n_context)
+            if len(specs) > n_context
+            else None
+        )
+        self.sample_owners = frozenset(e.owner for e in entries[n_context:])
 
     @property
     def engine(self) -> str:
-        names = {m.name for m in (self.matcher, self.context_matcher) if m is not None} - {"none"}
+        matchers = (self.matcher, self.context_matcher, self.sample_matcher)
+        names = {m.name for m in matchers if m is not None} - {"none"}
         return names.pop() if names else "none"
 
 
@@ -291,6 +307,7 @@ class _Scanner:
         view = memoryview(buf)
         matcher = self.compiled.matcher
         ctx_matcher = self.compiled.context_matcher
+        sample_matcher = self.compiled.sample_matcher
         hits = self.hits
         stream = self.stream
         offset = start
@@ -337,11 +354,15 @@ class _Scanner:
             chunk = view[:cut]
             hits.clear()
             copy: bytes | None = None
+            if offset < SAMPLE_HEAD_BYTES and sample_matcher is not None:
+                sample_matcher.scan(chunk[: SAMPLE_HEAD_BYTES - offset], hits)
             if ctx_matcher is not None and (offset < head_end or offset + cut > tail_start):
                 if cut >= BESIDE_BYTES:
                     # Hyperscan lets go of the GIL while it scans: the context patterns take
                     # the other core (a 1 MB hook alone: ~3 ms of ~50, bench/hook_scan_bench.py);
-                    # their hits follow the rules', as when the two ran in turn
+                    # their hits follow the rules', as when the two ran in turn. (Not waiting
+                    # for each chunk's, on a copy, gained nothing on a 1 GiB log here: the two
+                    # cores are one core's two threads; bench/README.md, "Sampled detectors".)
                     beside = _beside().submit(_scan_into, ctx_matcher, chunk)
                     matcher.scan(chunk, hits)
                     hits.extend(beside.result())
@@ -380,6 +401,7 @@ class _Scanner:
         if mtail:
             blocks = [(base, data) for data, base in mtail]
             read_metrics(self.result, blocks, stream)
+            scan_sampled(self.compiled, self.result, blocks)
             rescan_wrapped(self.compiled, self.result, blocks)
         elif context is None:
             finish_metrics(self.result, stream, [])
@@ -477,7 +499,9 @@ class _Scanner:
                     hits.append(HitRecord(lineno, text[:2000], groups, pctx))
                 continue
             if entry.role == "fact":
-                result.facts.setdefault(entry.owner, (groups.get("value", ""), lineno))
+                # a value group left out (an optional prefix that holds it) records nothing
+                if "value" in groups:
+                    result.facts.setdefault(entry.owner, (groups["value"], lineno))
                 continue
             if entry.role == "fw_detect":
                 result.frameworks.setdefault(entry.owner, None)
@@ -534,6 +558,8 @@ class _RangeReader:
 
 
 CONTEXT_BYTES = 32 << 20  # head and tail of a plain file searched for facts and frameworks
+# a file's head searched for the sampled detectors (its tail: the last METRIC_TAIL_BYTES)
+SAMPLE_HEAD_BYTES = 256 << 10
 # Streams of unknown size keep a copy of their last bytes for that search: held in memory, so
 # smaller (final tracebacks, not argument dumps, are what sits at the end).
 STREAM_TAIL_BYTES = 4 << 20
@@ -600,7 +626,25 @@ def read_file_tail_metrics(
     n = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     blocks = [(result.lines - n, data)]
     read_metrics(result, blocks, stream)
+    scan_sampled(compiled, result, blocks)  # before: a wrapped row's answer names its first row
     rescan_wrapped(compiled, result, blocks)
+
+
+def scan_sampled(compiled: CompiledLibrary, result: FileScan, blocks: list[tuple[int, bytes]]) -> None:
+    """The sampled detectors and facts (`detect_sampled`, `patterns_sampled`) over the tail's
+    line-aligned blocks of (lines before it, bytes), unless the head already answered them all."""
+    matcher = compiled.sample_matcher
+    if matcher is None:
+        return
+    answered = result.facts.keys() | result.frameworks.keys()
+    if compiled.sample_owners <= answered:
+        return
+    scanner = _Scanner(compiled, result)
+    for base, data in blocks:
+        scanner.hits.clear()
+        matcher.scan(memoryview(data), scanner.hits)
+        if scanner.hits:
+            scanner._verify(data, len(data), base)
 
 
 def rescan_wrapped(compiled: CompiledLibrary, result: FileScan, blocks: list[tuple[int, bytes]]) -> None:
@@ -617,8 +661,9 @@ def rescan_wrapped(compiled: CompiledLibrary, result: FileScan, blocks: list[tup
     sub.frameworks = dict(result.frameworks)
     scanner = _Scanner(compiled, sub)
     compiled.matcher.scan(memoryview(buf), scanner.hits)
-    if compiled.context_matcher is not None:
-        compiled.context_matcher.scan(memoryview(buf), scanner.hits)
+    for extra in (compiled.context_matcher, compiled.sample_matcher):
+        if extra is not None:
+            extra.scan(memoryview(buf), scanner.hits)
     if not scanner.hits:
         return
     scanner._verify(buf, len(buf), 0)
