@@ -177,3 +177,25 @@ def test_docs_name_every_derived_fact_and_the_sampled_keys() -> None:
     assert missing == [], f"docs/rules.md: document these derived facts: {missing}"
     for key in ("patterns_sampled", "detect_sampled"):
         assert f"`{key}`" in doc
+
+
+def test_lint_names_a_streamed_pattern_that_matches_most_lines_of_a_healthy_log(tmp_path: Path) -> None:
+    import shutil
+
+    from app.engine.ruledev.ruletest import every_line_marks, lint
+
+    oom = (RULES / "cuda/cuda-out-of-memory.yaml").read_text()
+    root = make_rules_dir(tmp_path, {"cuda/cuda-out-of-memory.yaml": oom})
+    shutil.copytree(RULES / "_baseline", root / "_baseline")
+    facts = (RULES / "facts.yaml").read_text()
+    # the Ray actor on each line of the baseline's healthy Ray run ("(Learner pid=1108) ...")
+    actor = "  job_actor:\n    type: str\n    {key}:\n      - '\\((?P<value>\\w+) pid=\\d+\\) '\n"
+    (root / "facts.yaml").write_text(facts + actor.format(key="patterns"))
+    issues, _ = lint(load_library(root))
+    flagged = [i for i in issues if i.rule_id == "facts.yaml:job_actor"]
+    assert len(flagged) == 1 and flagged[0].level == "warning"
+    assert "ray-actors-healthy.log" in flagged[0].message and "`patterns_sampled`" in flagged[0].message
+    (root / "facts.yaml").write_text(facts + actor.format(key="patterns_sampled"))
+    assert not [i for i in every_line_marks(load_library(root)) if i.rule_id == "facts.yaml:job_actor"]
+    # and the project's own library has none
+    assert every_line_marks(load_library(RULES)) == []

@@ -202,6 +202,7 @@ def lint(library: Library, *, cost_sample: bytes | None = None) -> tuple[list[Li
             issues.append(LintIssue(rule.id, "warning", "deprecated without `deprecated_by`"))
         if rule.failure_class not in library.classes:
             issues.append(LintIssue(rule.id, "error", f"unknown class {rule.failure_class}"))
+    issues.extend(every_line_marks(library))
     costs = scan_costs(library, cost_sample) if cost_sample and hyperscan_available() else {}
     for rid, ratio in costs.items():
         if ratio > MAX_COST:
@@ -213,6 +214,58 @@ def lint(library: Library, *, cost_sample: bytes | None = None) -> tuple[list[Li
                 )
             )
     return issues, costs
+
+
+# a streamed fact or detector pattern matching a third of a healthy log's lines (of at least
+# EVERY_LINE_MIN_LINES) is a mark on every line: it belongs in the sampled keys
+EVERY_LINE_SHARE = 1 / 3
+EVERY_LINE_MIN_LINES = 10
+
+
+def every_line_marks(library: Library) -> list[LintIssue]:
+    """Facts' `patterns` and frameworks' `detect` that match most lines of a baseline log.
+
+    Searched for in every chunk of a file's first and last 32 MiB, a literal on every line costs
+    the scan of each of them (Ray's worker prefix alone was a quarter of the facts' scan of a Ray
+    log, bench/README.md "Sampled detectors"); one sighting is all a fact or a detector needs, so
+    such a mark goes under `patterns_sampled` / `detect_sampled` (a file's first 256 KiB and last
+    1 MiB)."""
+    import regex
+
+    from app.engine.pipeline.lines import normalise
+
+    logs = []
+    for path in baseline_files(library):
+        lines = [normalise(raw, max_chars=4096) for raw in path.read_bytes().splitlines() if raw.strip()]
+        if len(lines) >= EVERY_LINE_MIN_LINES:
+            logs.append((path.name, lines))
+    if not logs:
+        return []
+    issues: list[LintIssue] = []
+    owners = [
+        *((f"facts.yaml:{f.name}", "patterns_sampled", p) for f in library.facts for p in f.patterns),
+        *(
+            (f"frameworks.yaml:{fw.name}", "detect_sampled", p)
+            for fw in library.frameworks
+            for p in fw.detect
+        ),
+    ]
+    for owner, key, pattern in owners:
+        rx = regex.compile(pattern)
+        for name, lines in logs:
+            hits = sum(1 for line in lines if rx.search(line, timeout=0.2))
+            if hits >= EVERY_LINE_SHARE * len(lines):
+                issues.append(
+                    LintIssue(
+                        owner,
+                        "warning",
+                        f"{pattern!r} matches {hits} of the {len(lines)} lines of _baseline/{name}: a mark "
+                        f"on every line belongs under `{key}` (searched for in every chunk, it costs the "
+                        "whole scan)",
+                    )
+                )
+                break
+    return issues
 
 
 def scan_costs(library: Library, sample: bytes, *, repeats: int = 3) -> dict[str, float]:
