@@ -199,3 +199,28 @@ def test_lint_names_a_streamed_pattern_that_matches_most_lines_of_a_healthy_log(
     assert not [i for i in every_line_marks(load_library(root)) if i.rule_id == "facts.yaml:job_actor"]
     # and the project's own library has none
     assert every_line_marks(load_library(RULES)) == []
+
+
+def test_megatron_iteration_facts_are_read_from_the_head_or_else_the_tail(
+    compiled: CompiledLibrary, tmp_path: Path
+) -> None:
+    def it(n: int, lr: str, scale: str) -> str:
+        return (
+            f" [2026-11-20 10:00:{n % 60:02d}] iteration {n:8d}/  500000 | consumed samples: {n * 256:12d} |"
+            f" elapsed time per iteration (ms): 911.6 | learning rate: {lr} | global batch size:   256 |"
+            f" lm loss: 2.888611E+00 | loss scale: {scale} | grad norm: 0.860 |\n"
+        )
+
+    early = tmp_path / "early.log"
+    early.write_text(
+        it(1, "1.000000E-07", "65536.0") + _filler(3 * TAIL) + it(900, "3.000000E-04", "65536.0")
+    )
+    scan = _scan(compiled, early)
+    assert scan.facts["megatron_lr"] == ("1.000000E-07", 1)
+    assert scan.facts["fp16_training"] == ("loss scale", 1)
+    late = tmp_path / "late.log"
+    text = _filler(3 * TAIL) + it(900, "3.000000E-04", "1.0") + FILLER
+    late.write_text(text)
+    scan = _scan(compiled, late)
+    assert scan.facts["megatron_lr"] == ("3.000000E-04", _line_of(text, "iteration      900"))
+    assert "fp16_training" not in scan.facts  # a scale of 1.0 is bf16's
