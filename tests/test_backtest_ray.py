@@ -174,6 +174,7 @@ def test_the_back_test_on_two_ray_nodes_is_the_in_process_one(
     db = Database(url)
     ctx: Any = SimpleNamespace(db=db)
     on_ray = RayBacktest(address=two_nodes.address, min_lines=0, shards=3)
+    nodes: set[str] = set()
     try:
         for limit in (100_000, 37):
             _limit(monkeypatch, limit)
@@ -183,7 +184,12 @@ def test_the_back_test_on_two_ray_nodes_is_the_in_process_one(
                 assert here.shards == 0 and there.shards == 3, "the Ray path fell back to in process"
                 got = _same(here, there)
                 assert got["complete"] is (limit == 100_000)
-                assert len(set(backtest_ray.last_nodes)) == 2  # both nodes took a share
+                assert len(backtest_ray.last_nodes) == 3
+                nodes |= set(backtest_ray.last_nodes)
+        # both nodes took shares: SPREAD is Ray's best effort, so one run's three short tasks may
+        # all land on the node whose worker was free first (seen once in four full runs); over
+        # the runs above both nodes take some
+        assert len(nodes) == 2
         assert got["lines_read"] == 37
         _limit(monkeypatch, 100_000)
         every = run_backtest(ctx, pattern=PATTERNS[2], failure_class="site.x", ray=on_ray)
