@@ -132,23 +132,21 @@ class CompiledLibrary:
         for name, text, ignore_case, single in METRIC_GATES:
             add("metric", name, text, ignore_case, single)
         self.metric_ids = range(first_gate, len(entries))
-        for fact in library.facts:
-            for text in fact.patterns:
-                add("fact", fact.name, text)
-        for fw in library.frameworks:
-            for text in fw.detect:
-                add("fw_detect", fw.name, text)
-            for text in fw.version:
-                add("fw_version", fw.name, text)
-        n_context = len(entries)
-        # marks on every line of a job that has them (Ray's worker prefix): a third matcher, run
-        # on a file's first SAMPLE_HEAD_BYTES and last METRIC_TAIL_BYTES only (scan_sampled)
-        for fact in library.facts:
-            for text in fact.sampled:
-                add("fact", fact.name, text)
-        for fw in library.frameworks:
-            for text in fw.detect_sampled:
-                add("fw_detect", fw.name, text)
+        # facts and framework detectors: the context matcher's, then the sampled ones (marks on
+        # every line of a job that has them, Ray's worker prefix: a third matcher, run on a file's
+        # first SAMPLE_HEAD_BYTES and last METRIC_TAIL_BYTES only, scan_sampled)
+        n_context = 0
+        for sampled in (False, True):
+            for fact in library.facts:
+                for text in fact.sampled if sampled else fact.patterns:
+                    add("fact", fact.name, text)
+            for fw in library.frameworks:
+                for text in fw.detect_sampled if sampled else fw.detect:
+                    add("fw_detect", fw.name, text)
+                for text in () if sampled else fw.version:
+                    add("fw_version", fw.name, text)
+            if not sampled:
+                n_context = len(entries)
         self.entries = entries
         # Rules scan every byte. Facts and framework detectors form a second, "context" matcher
         # that scans only the head and tail of a plain file (see CONTEXT_BYTES): their patterns
