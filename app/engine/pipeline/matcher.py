@@ -181,6 +181,8 @@ class LineFilter:
 
     def _database(self) -> Any:
         """Compiled on first use with enough lines (~1 ms each: a one-line log's CLI run needs none)."""
+        if self._db is not None:
+            return self._db
         with self._lock:
             if self._db is None and hyperscan_available() and self._expressions:
                 import hyperscan as hs
