@@ -383,10 +383,10 @@ class _Scanner:
                 mtail_bytes += cut
                 while mtail_bytes - len(mtail[0][0]) >= METRIC_TAIL_BYTES:
                     mtail_bytes -= len(mtail.popleft()[0])
-            # _verify counts the newlines up to the last hit's line: count only the rest
-            counted_to, counted = self._verify(buf, cut, line_base) if hits else (0, 0)
             if count_lines is None:
                 count_lines = _line_counter(buf, big=filled == CHUNK)
+            # _verify counts the newlines up to the last hit's line: count only the rest
+            counted_to, counted = self._verify(buf, cut, line_base, count_lines) if hits else (0, 0)
             stream.feed(buf, cut, line_base, offset, hits, count_lines)
             offset += cut
             line_base += counted + count_lines(counted_to, cut) + (1 if partial else 0)
@@ -412,8 +412,19 @@ class _Scanner:
                 if hits:
                     self._verify(data, len(data), base)
 
-    def _verify(self, buf: bytearray | bytes, cut: int, line_base: int) -> tuple[int, int]:
-        """Check the hit lines; return (pos, n): buf[:pos] holds n newlines (pos = a line start)."""
+    def _verify(
+        self,
+        buf: bytearray | bytes,
+        cut: int,
+        line_base: int,
+        count: Callable[[int, int], int] | None = None,
+    ) -> tuple[int, int]:
+        """Check the hit lines; return (pos, n): buf[:pos] holds n newlines (pos = a line start).
+        `count(a, b)` counts the newlines of buf[a:b]: the scan passes its vectorised counter
+        (half a chunk's bytes lie before an average hit; bytes.count reads them at ~2 GB/s)."""
+        if count is None:
+            data = buf
+            count = lambda a, b: data.count(b"\n", a, b)  # noqa: E731
         hits = self.hits
         hits.sort(key=lambda h: h[1])
         entries = self.compiled.entries
@@ -434,7 +445,7 @@ class _Scanner:
             if ls != line_start:
                 if line_hits:
                     self._check_line(buf, line_start, cut, lineno, line_hits)
-                lineno += buf.count(b"\n", pos, ls)
+                lineno += count(pos, ls)
                 pos = ls
                 line_start = ls
                 line_hits = []
