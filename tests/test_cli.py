@@ -151,3 +151,34 @@ def test_possible_causes_bring_only_the_checks_that_decide_between_them(tmp_path
     assert joined.count("To confirm") == 2 and "pip list" in joined
     # neither candidate is hardware nor communication: no hardware or NCCL checklist
     assert "nvidia-smi -q -d ECC" not in joined and "NCCL_DEBUG" not in joined
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["analyze", "--help"],
+        ["analyze"],  # no LOG: a usage error
+        ["analyze", "x.log", "--format", "yaml"],  # a bad choice
+        ["analyze", "x.log", "--jobs", "two"],
+        ["analyze", "x.log", "--max-bytes", "lots"],
+    ],
+)
+def test_analyze_parser_alone_answers_as_the_whole_command_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """main() builds only analyze's parser for `logtriage analyze ...` (start-up): its help,
+    usage errors and exit codes must be the whole parser's, word for word."""
+    from app.cli import build_parser
+
+    answers = []
+    for only in (None, "analyze"):
+        with pytest.raises(SystemExit) as exc:
+            build_parser(only=only).parse_args(argv)
+        out = capsys.readouterr()
+        answers.append((exc.value.code, out.out, out.err))
+    assert answers[0] == answers[1]
+    assert answers[0][1] or answers[0][2]  # it said something
+    full = build_parser()
+    assert full.parse_args(["analyze", "x.log", "--jobs", "2"]) == build_parser(only="analyze").parse_args(
+        ["analyze", "x.log", "--jobs", "2"]
+    )

@@ -567,6 +567,6 @@ def test_what_counts_as_a_full_disk(
 
     parser = argparse.ArgumentParser()
     parser.set_defaults(func=quota)
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda **_kw: parser)
     assert cli.main([]) == 3
     assert "disk is full (Disk quota exceeded)" in capsys.readouterr().err
