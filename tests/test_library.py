@@ -83,6 +83,27 @@ def test_library_cache_is_keyed_by_file_stats(tmp_path: Path) -> None:
     assert changed.rules[0].rule.version == 2 and first.rules[0].rule.version == 1
 
 
+def test_library_key_sees_every_yaml_file_at_any_depth(tmp_path: Path) -> None:
+    """The key walks the tree itself (os.walk): a change to a top-level file, to a rule two
+    folders down, or a new file must each give a new key; a file that is not YAML must not."""
+    from app.engine.pipeline.library import _library_key
+
+    root = make_rules_dir(tmp_path, {"host/good-rule.yaml": GOOD})
+    keys = [_library_key(root)]
+    (root / "notes.txt").write_text("not part of the library\n")
+    assert _library_key(root) == keys[-1]
+    top = next(p for p in sorted(root.glob("*.yaml")))
+    top.write_text(top.read_text() + "\n# touched\n")
+    keys.append(_library_key(root))
+    (root / "host" / "deeper").mkdir()
+    (root / "host" / "deeper" / "x.yaml").write_text("{}\n")
+    keys.append(_library_key(root))
+    (root / "host" / "deeper" / "x.yaml").write_text("{}\n# longer\n")
+    keys.append(_library_key(root))
+    assert len(set(keys)) == len(keys)
+    assert _library_key(root) == keys[-1]  # and stable
+
+
 def test_the_light_framework_list_equals_the_schema_type() -> None:
     from app.engine.pipeline.framework_names import FRAMEWORK_NAMES
     from app.engine.pipeline.library import FRAMEWORKS

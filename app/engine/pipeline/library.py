@@ -847,16 +847,26 @@ def _library_key(root: Path) -> str:
     for own in (Path(__file__), Path(__file__).with_name("triggers.py")):
         st = own.stat()
         h.update(f"{st.st_mtime_ns}:{st.st_size};".encode())
-    for p in sorted(root.rglob("*.yaml")):
-        st = p.stat()
-        h.update(f"{p.relative_to(root)}:{st.st_mtime_ns}:{st.st_size};".encode())
+    # os.walk, not Path.rglob: every analysis starts here, and rglob's Python-level globbing
+    # took 2.5 ms of the 125 files' 1 ms of stats
+    found = []
+    for folder, _dirs, files in os.walk(root):
+        rel = os.path.relpath(folder, root)
+        found += [
+            (os.path.normpath(os.path.join(rel, f)), os.path.join(folder, f))
+            for f in files
+            if f.endswith(".yaml")
+        ]
+    for rel_path, path in sorted(found):
+        st = os.stat(path)
+        h.update(f"{rel_path}:{st.st_mtime_ns}:{st.st_size};".encode())
     changelog = root / "CHANGELOG.md"
     if changelog.exists():
         h.update(str(changelog.stat().st_mtime_ns).encode())
     return h.hexdigest()[:24]
 
 
-_CACHE_FORMAT = "lib-7"
+_CACHE_FORMAT = "lib-8"
 
 
 def load_library(root: Path | None = None, *, cache_dir: Path | None = None) -> Library:
