@@ -231,7 +231,8 @@ class MetricStream:
             self._start = offset
         self._end = offset + cut
         self._commit(self._end - WHOLE_LOG_BYTES)
-        self._prev_tail = bytes(buf[max(0, cut - TAIL_COPY) : cut])
+        # one copy (a bytearray's slice is a copy of its own, which bytes() would copy again)
+        self._prev_tail = bytes(memoryview(buf)[max(0, cut - TAIL_COPY) : cut])
 
     def _parse_gate_lines(
         self,
