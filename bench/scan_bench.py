@@ -503,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
                 case.output = summarize_output(case, so, planted)
 
     results = report(cases, nbytes)
+    paired = paired_ratios(cases)
+    for line in paired:
+        print(line["text"])
     for kind in inputs:
         counts = {
             c.tool: c.output.get("matching_lines")
@@ -544,9 +547,39 @@ def main(argv: list[str] | None = None) -> int:
         "planted": [{k: p[k] for k in ("id", "failure_class", "line")} for p in planted],
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    args.json.write_text(json.dumps({"meta": meta, "results": results, "paired": paired}, indent=2) + "\n")
     print(f"\nwrote {args.json}", file=sys.stderr)
     return 1 if any(c.error for c in cases) else 0
+
+
+def paired_ratios(cases: list[Case]) -> list[dict[str, object]]:
+    """logtriage's time over the baseline's, round by round (the two run back to back): on a
+    shared host whose speed drifts by a quarter from minute to minute, the median of these
+    ratios moves far less than the ratio of the two medians."""
+    out: list[dict[str, object]] = []
+    by_name = {(c.tool, c.input): c for c in cases}
+    for (tool, kind), case in by_name.items():
+        if not tool.startswith("logtriage "):
+            continue
+        base = by_name.get((tool.replace("logtriage", "baseline", 1), kind))
+        if base is None or not case.runs or len(case.runs) != len(base.runs):
+            continue
+        ratios = sorted(a.seconds / b.seconds for a, b in zip(case.runs, base.runs, strict=True))
+        med = statistics.median(ratios)
+        out.append(
+            {
+                "tool": tool,
+                "input": kind,
+                "ratios": [round(r, 4) for r in ratios],
+                "median_ratio": round(med, 4),
+                "text": (
+                    f"{tool} {kind}: time / baseline's, median of {len(ratios)} back-to-back rounds "
+                    f"{med:.3f} (range {ratios[0]:.3f}-{ratios[-1]:.3f}): throughput "
+                    f"{(1 / med - 1) * 100:+.1f}%"
+                ),
+            }
+        )
+    return out
 
 
 def cpu_model() -> str:
