@@ -109,8 +109,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             os.environ[f"LOGTRIAGE_{env}"] = str(value)
     settings = get_settings()
     from app.engine.pipeline.library import load_library
+    from app.engine.pipeline.triage import default_cache_dir
 
-    library = load_library(settings.rules_dir)  # a broken rule file stops here, with a clear error
+    # a broken rule file stops here, with a clear error (a changed file misses the cache)
+    library = load_library(settings.rules_dir, cache_dir=settings.cache_dir or default_cache_dir())
     with adm.open_admin(settings=settings) as admin:
         adm.wait_for_database(admin=admin, wait_s=args.wait_for_db)
         revision = adm.ensure_schema(admin=admin)
