@@ -182,3 +182,24 @@ def test_analyze_parser_alone_answers_as_the_whole_command_line(
     assert full.parse_args(["analyze", "x.log", "--jobs", "2"]) == build_parser(only="analyze").parse_args(
         ["analyze", "x.log", "--jobs", "2"]
     )
+
+
+def test_main_gives_the_collector_back_whatever_happens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """main() runs start-up with the cyclic collector off (its objects live as long as the
+    process): an in-process caller must get it back on, after an analysis, a usage error or a
+    failed command alike."""
+    import gc
+
+    from app.cli import main
+
+    log = tmp_path / "job.log"
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.\n")
+    assert gc.isenabled()
+    assert main(["analyze", str(log), "--format", "json", "--jobs", "1"]) == 0
+    assert gc.isenabled()
+    assert json.loads(capsys.readouterr().out)["root_cause"]["rule_id"] == "cuda-out-of-memory"
+    with pytest.raises(SystemExit):
+        main(["analyze", str(log), "--format", "yaml"])
+    assert gc.isenabled()
+    assert main(["analyze", str(tmp_path / "missing.log")]) == 1
+    assert gc.isenabled()
