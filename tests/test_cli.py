@@ -184,7 +184,9 @@ def test_analyze_parser_alone_answers_as_the_whole_command_line(
     )
 
 
-def test_main_gives_the_collector_back_whatever_happens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_main_gives_the_collector_back_whatever_happens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """main() runs start-up with the cyclic collector off (its objects live as long as the
     process): an in-process caller must get it back on, after an analysis, a usage error or a
     failed command alike."""
