@@ -136,6 +136,26 @@ def test_a_replayed_key_of_an_interrupted_analysis_runs_it_again(server: LiveSer
         assert replay.headers.get("Idempotent-Replayed") == "true" and replay.json()["id"] == aid
 
 
+@pytest.mark.parametrize("key", [None, "pending-as-stored-1"])
+def test_a_202_is_what_the_stored_row_says(server: LiveServer, key: str | None) -> None:
+    """A pending answer is built from the row the request inserted, not read back: it must be
+    the resource a poll of that row returns, field for field."""
+    _wait_idle(server.ctx.service)
+    headers = {"Prefer": "respond-async", **({"Idempotency-Key": key} if key else {})}
+    with server.client() as c, Gate(server):
+        r = c.post(
+            API,
+            content=_log(9),
+            params={"job_id": "j-9", "exit_code": 137, "host": "node-3", "label": ["team=rl", "run=9"]},
+            headers={"Content-Type": "text/plain", **headers},
+        )
+        assert r.status_code == 202
+        polled = c.get(f"{API}/{r.json()['id']}")
+        assert polled.json()["status"] == "pending"
+        assert r.json() == polled.json()
+        assert r.json()["metadata"]["labels"] == {"team": "rl", "run": "9"}
+
+
 def test_a_replay_throws_away_the_scan_started_before_its_key_was_looked_up(server: LiveServer) -> None:
     """A hook's upload held in memory is scanned while its Idempotency-Key is reserved; when the
     key turns out to be an earlier request's (a replay), that scan's staged blob is deleted and

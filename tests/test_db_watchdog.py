@@ -6,6 +6,9 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 from app.db.deadline import Watchdog
 
@@ -55,3 +58,37 @@ def test_the_same_timeout_armed_in_sequence_fires_in_order() -> None:
         dog.arm(0.02 + 0.001 * i, functools.partial(action, i))
     assert done.wait(WAIT)
     assert order == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.postgres
+def test_a_connection_that_just_answered_is_not_pinged_and_an_idle_one_is(
+    pg_schemas: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's pre-ping (app.db.deadline.install): skipped within FRESH_S of the connection's
+    last answered statement, made when it has been idle longer."""
+    import sqlalchemy as sa
+
+    from app.db import deadline
+
+    engine = sa.create_engine(pg_schemas.new(), pool_pre_ping=True, pool_size=1, max_overflow=0)
+    pings: list[object] = []
+    real = engine.dialect.do_ping
+
+    def counting(dbapi_conn: Any) -> bool:
+        pings.append(dbapi_conn)
+        return bool(real(dbapi_conn))
+
+    engine.dialect.do_ping = counting  # type: ignore[method-assign]
+    deadline.install(engine, statement_s=None, ping_s=5.0)
+    try:
+        with engine.connect() as c:  # a new connection: nothing to ping
+            assert c.scalar(sa.text("SELECT 1")) == 1
+        with engine.connect() as c:  # answered a moment ago
+            assert c.scalar(sa.text("SELECT 2")) == 2
+        assert pings == []
+        monkeypatch.setattr(deadline, "FRESH_S", 0.0)  # every answer is now too old
+        with engine.connect() as c:
+            assert c.scalar(sa.text("SELECT 3")) == 3
+        assert len(pings) == 1
+    finally:
+        engine.dispose()

@@ -138,6 +138,9 @@ class Started:
     replayed: bool = False
     # admitted to the backlog, not to a scan worker: its turn may be a while
     ticket: Ticket | None = None
+    # what its pending row says, when this request wrote it new: a 202 is answered from it
+    # without reading the row back (a burst's 200 answers are 200 reads fewer)
+    draft: repo.Draft | None = None
 
     @property
     def queued(self) -> bool:
@@ -220,15 +223,16 @@ class AnalysisService:
         if idempotency_key is None:
             draft = repo.Draft.new(meta=meta, token_id=token_id, runner=self.runner)
             self._drafts[draft.analysis_id] = draft
-            return self._launch(draft.analysis_id, job, spool, ticket)
+            return self._launch(draft.analysis_id, job, spool, ticket, draft=draft)
         # an upload held in memory (a hook's, up to 1 MiB) is scanned while its key is reserved:
         # the reservation's transaction (a commit, 4-8 ms) no longer comes before the scan; a
         # replay or a refused key wastes that one small scan, whose staged blobs are discarded
         early = asyncio.ensure_future(self._scan(job, ticket)) if in_memory(job) else None
         try:
-            analysis_id, replayed = await asyncio.to_thread(
+            begun: tuple[str, bool, repo.Draft | None] = await asyncio.to_thread(
                 self._begin, meta, token_id, idempotency_scope, idempotency_key, request_digest
             )
+            analysis_id, replayed, new_row = begun
         except BaseException:
             self._unneeded(early, ticket)
             remove_tree(spool)
@@ -237,7 +241,7 @@ class AnalysisService:
             self._unneeded(early, ticket)
             remove_tree(spool)
             return Started(analysis_id, None, replayed=True)
-        return self._launch(analysis_id, job, spool, ticket, early)
+        return self._launch(analysis_id, job, spool, ticket, early, draft=new_row)
 
     async def _scan(self, job: ScanJob, ticket: Ticket) -> ScanOutcome | JobError:
         try:
@@ -274,13 +278,15 @@ class AnalysisService:
         spool: Path,
         ticket: Ticket,
         scan: asyncio.Future[ScanOutcome | JobError] | None = None,
+        *,
+        draft: repo.Draft | None = None,
     ) -> Started:
         task = asyncio.create_task(
             self._process(analysis_id, job, spool, ticket, scan), name=f"analysis-{analysis_id}"
         )
         self._tasks.add(task)
         task.add_done_callback(self._forget)
-        return Started(analysis_id, task, ticket=ticket)
+        return Started(analysis_id, task, ticket=ticket, draft=draft)
 
     async def register(self, analysis_id: str) -> bool:
         """Make sure the analysis has a row before its id is handed out to poll: a pending one,
@@ -328,7 +334,9 @@ class AnalysisService:
         scope: str,
         key: str,
         digest: str,
-    ) -> tuple[str, bool]:
+    ) -> tuple[str, bool, repo.Draft | None]:
+        """(id, replayed, the new row's draft): a retryable failure run again has no draft
+        (its row holds more than a new one's)."""
         from app.errors import IdempotencyKeyReusedError
 
         with self.db.write() as s:
@@ -347,18 +355,13 @@ class AnalysisService:
                         existing.id,
                         (existing.error or {}).get("title"),
                     )
-                    return existing.id, False
-                return existing.id, True
-            row = repo.create_pending(
-                s,
-                meta=meta,
-                token_id=token_id,
-                runner=self.runner,
-                idempotency_scope=scope,
-                idempotency_key=key,
-                request_digest=digest,
+                    return existing.id, False, None
+                return existing.id, True, None
+            draft = repo.Draft.new(meta=meta, token_id=token_id, runner=self.runner)
+            repo.insert_pending(
+                s, draft=draft, idempotency_scope=scope, idempotency_key=key, request_digest=digest
             )
-            return row.id, False
+            return draft.analysis_id, False, draft
 
     async def _process(
         self,

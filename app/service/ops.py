@@ -42,6 +42,7 @@ class Submission:
     replayed: bool = False
     # still running in this process: work to do once it is done awaits it (a Slack notification)
     pending: asyncio.Task[Completed] | None = None
+    draft: repo.Draft | None = None  # a pending one's row as this request wrote it
 
     @property
     def done(self) -> bool:
@@ -137,7 +138,7 @@ async def settle(ctx: ServiceContext, *, started: Started, wait: float | None) -
     if not task.done() and await ctx.service.register(started.analysis_id):
         await asyncio.wait({task})
     if not task.done():
-        return Submission(started.analysis_id, None, pending=task)
+        return Submission(started.analysis_id, None, pending=task, draft=started.draft)
     exc = None if task.cancelled() else task.exception()
     if task.cancelled() or exc is not None:
         await ctx.service.discard(started.analysis_id)
@@ -145,12 +146,26 @@ async def settle(ctx: ServiceContext, *, started: Started, wait: float | None) -
     return Submission(started.analysis_id, task.result())
 
 
-def submission_resource(ctx: ServiceContext, *, submission: Submission, base: str) -> dict[str, Any]:
-    """The API resource of a submission: built from what was just written when it finished
-    (a hook's upload costs no second read), else read back."""
+def resource_at_hand(*, submission: Submission, base: str) -> dict[str, Any] | None:
+    """The API resource of a submission when this request holds all of it, else None (read it
+    with `submission_resource`): a finished one from what was just written, a pending one from
+    the row it inserted. No read, no thread: in a burst the default thread pool is busy with
+    the database, and a 202 would queue behind it for a few dictionary lookups."""
     if submission.completed is not None:
         c = submission.completed
         return present.resource(row=c.row, base=base, files=c.files, feedback=[], standing=c.standing)
+    if submission.draft is not None:
+        row = repo.pending_row(submission.draft)
+        return present.resource(row=row, base=base, files=[], feedback=[], standing=repo.Standing())
+    return None
+
+
+def submission_resource(ctx: ServiceContext, *, submission: Submission, base: str) -> dict[str, Any]:
+    """The API resource of a submission: what the request holds (`resource_at_hand`), else read
+    back (a replay, or a failed analysis run again)."""
+    held = resource_at_hand(submission=submission, base=base)
+    if held is not None:
+        return held
     return load_resource(ctx, analysis_id=submission.analysis_id, base=base, principal=None)
 
 

@@ -34,7 +34,8 @@ R = TypeVar("R")
 # --- server side --------------------------------------------------------------------------------
 
 
-BULK_NICE = 10  # CFS gives a nice-10 process about a tenth of a core when the core is contended
+# CFS shares a contended core by weight: nice 0 weighs 1024, nice 15 36, nice 19 15
+BULK_NICE = 19  # below the pool: a multi-GB log takes only what the hooks' analyses leave
 
 
 def _lower_priority(payload: dict[str, Any]) -> None:
@@ -43,7 +44,10 @@ def _lower_priority(payload: dict[str, Any]) -> None:
     init_worker(payload)
 
 
-POOL_NICE = 5  # below the web processes: a burst of analyses never delays an answer or a probe
+# far below the web processes: in a burst the answers (202s, polls, probes) come first and the
+# analyses take the cores the web processes leave; 5 left them a quarter of each core (burst
+# POST p99 2.4-2.6 s), 10-19 all ~1.1-1.8 s (bench/README.md "Scan workers' priority")
+POOL_NICE = 15
 
 
 def _pool_priority(payload: dict[str, Any]) -> None:

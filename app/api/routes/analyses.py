@@ -197,7 +197,9 @@ async def create_analysis(
         notify_.notify_later(
             ctx, analysis_id=submission.analysis_id, channel=notify, base=base, pending=submission.pending
         )
-    res = await asyncio.to_thread(ops.submission_resource, ctx, submission=submission, base=base)
+    res = ops.resource_at_hand(submission=submission, base=base)
+    if res is None:
+        res = await asyncio.to_thread(ops.submission_resource, ctx, submission=submission, base=base)
     res = present.for_principal(res, principal)
     return _response(res, base=base, replayed=submission.replayed, applied=applied)
 

@@ -41,6 +41,7 @@ from app.db.repo.lifecycle import (
     get_analysis,
     insert_pending,
     is_retryable_failure,
+    pending_row,
     restart_failed,
 )
 from app.db.repo.listing import (
@@ -160,6 +161,7 @@ __all__ = [
     "outcome_of_analysis",
     "outcome_of_attempt",
     "outcomes_of_job",
+    "pending_row",
     "pending_runner_pids",
     "prune_slack_events",
     "restart_failed",
