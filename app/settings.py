@@ -158,7 +158,7 @@ class Settings(BaseSettings):
         default=32 << 20,
         ge=0,
         description="Uploads of at least this many bytes (as sent) are analysed by a low-priority "
-        "(nice 10) scan process, so one huge log does not slow the small ones (0 = no bulk lane).",
+        "(nice 19) scan process, so one huge log does not slow the small ones (0 = no bulk lane).",
     )
     max_upload_bytes: int = Field(
         default=4 << 30,

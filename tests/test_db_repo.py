@@ -309,6 +309,27 @@ def test_idempotency_key_is_unique_per_scope(db: Database) -> None:
         assert repo.find_idempotent(s, scope="open", key="k") is not None
 
 
+def test_reserving_a_key_inserts_the_pending_row_once_per_scope(db: Database) -> None:
+    meta = repo.JobMeta(job_id="j-1", exit_code=137, labels={"team": "rl"})
+    first = repo.Draft.new(meta=meta, token_id=None, runner="t:1")
+    with db.write() as s:
+        assert repo.reserve_key(s, draft=first, scope="open", key="k", request_digest="d1")
+    again = repo.Draft.new(meta=repo.JobMeta(), token_id=None, runner="t:2")
+    with db.write() as s:
+        assert not repo.reserve_key(s, draft=again, scope="open", key="k", request_digest="d2")
+    other = repo.Draft.new(meta=repo.JobMeta(), token_id=None, runner="t:1")
+    with db.write() as s:
+        assert repo.reserve_key(s, draft=other, scope="token:1", key="k", request_digest="d3")
+    with db.read() as s:
+        row = repo.find_idempotent(s, scope="open", key="k")
+        assert row is not None and row.id == first.analysis_id  # the first request's, unchanged
+        assert (row.status, row.job_id, row.exit_code, row.labels) == ("pending", "j-1", 137, {"team": "rl"})
+        assert (row.request_digest, row.runner) == ("d1", "t:1")
+        with pytest.raises(NotFoundError):
+            repo.get_analysis(s, analysis_id=again.analysis_id)
+        assert repo.get_analysis(s, analysis_id=other.analysis_id).idempotency_scope == "token:1"
+
+
 def test_tokens_store_only_a_hash(db: Database) -> None:
     with db.write() as s:
         row, secret = repo.create_token(s, name="hook", scopes=["ingest"])

@@ -230,7 +230,11 @@ class _Sink:
         self.size = 0
         self.head = b""
         self.data: bytes | None = None  # the whole file, when it stayed in memory
-        self._buf = bytearray()
+        # the body's pieces as they came: joined once (a single piece is not copied at all);
+        # a growing bytearray copied each piece once more and then the whole, ~1 ms of a 1 MB
+        # hook on the event loop
+        self._parts: list[bytes] = []
+        self._pending = 0
         self._hash = hashlib.sha256()
         self._fh: IO[bytes] | None = None
 
@@ -242,11 +246,17 @@ class _Sink:
             self.head = (self.head + data[:ARCHIVE_HEAD])[:ARCHIVE_HEAD]
             if len(self.head) == ARCHIVE_HEAD:
                 check_not_archive(self.head, self.name)  # a zip or tar: 415 before it is spooled
-        self._buf += data
+        self._parts.append(bytes(data))
+        self._pending += len(data)
+
+    def _take(self) -> bytes:
+        data = b"".join(self._parts)
+        self._parts, self._pending = [], 0
+        return data
 
     @property
     def pending(self) -> int:
-        return len(self._buf)
+        return self._pending
 
     def _file(self) -> IO[bytes]:
         if self._fh is None:
@@ -262,9 +272,8 @@ class _Sink:
             self._hash.update(data)
 
     async def flush(self, *, force: bool = False) -> None:
-        if self._buf and (force or len(self._buf) >= FLUSH_BYTES):
-            data = bytes(self._buf)
-            self._buf.clear()
+        if self._pending and (force or self._pending >= FLUSH_BYTES):
+            data = self._take()
             await asyncio.to_thread(self._write, data)
 
     async def close(self, *, in_memory: bool = False) -> str:
@@ -272,8 +281,7 @@ class _Sink:
         written yet (the caller decides what the request may hold in memory)."""
         check_not_archive(self.head, self.name)  # one shorter than ARCHIVE_HEAD (an empty zip)
         if in_memory and self._fh is None:
-            self.data = bytes(self._buf)
-            self._buf.clear()
+            self.data = self._take()
             return hashlib.sha256(self.data).hexdigest() if self.digest else ""
         await self.flush(force=True)
 

@@ -337,31 +337,32 @@ class AnalysisService:
     ) -> tuple[str, bool, repo.Draft | None]:
         """(id, replayed, the new row's draft): a retryable failure run again has no draft
         (its row holds more than a new one's)."""
-        from app.errors import IdempotencyKeyReusedError
+        from app.errors import ConflictError, IdempotencyKeyReusedError
 
         with self.db.write() as s:
-            existing = repo.find_idempotent(s, scope=scope, key=key)
-            if existing is not None:
-                if existing.request_digest != digest:
-                    raise IdempotencyKeyReusedError(
-                        f"Idempotency-Key {key!r} was used for a different request (analysis "
-                        f"{existing.id}); use a new key for a new upload"
-                    )
-                if repo.is_retryable_failure(existing) and repo.restart_failed(
-                    s, analysis_id=existing.id, runner=self.runner
-                ):
-                    log.info(
-                        "analysis %s failed retryably (%s); running it again",
-                        existing.id,
-                        (existing.error or {}).get("title"),
-                    )
-                    return existing.id, False, None
-                return existing.id, True, None
             draft = repo.Draft.new(meta=meta, token_id=token_id, runner=self.runner)
-            repo.insert_pending(
-                s, draft=draft, idempotency_scope=scope, idempotency_key=key, request_digest=digest
-            )
-            return draft.analysis_id, False, draft
+            if repo.reserve_key(s, draft=draft, scope=scope, key=key, request_digest=digest):
+                return draft.analysis_id, False, draft
+            existing = repo.find_idempotent(s, scope=scope, key=key)
+            if existing is None:  # the row that held the key was deleted since
+                raise ConflictError(
+                    "a request with this Idempotency-Key is being processed right now; retry in a moment"
+                )
+            if existing.request_digest != digest:
+                raise IdempotencyKeyReusedError(
+                    f"Idempotency-Key {key!r} was used for a different request (analysis "
+                    f"{existing.id}); use a new key for a new upload"
+                )
+            if repo.is_retryable_failure(existing) and repo.restart_failed(
+                s, analysis_id=existing.id, runner=self.runner
+            ):
+                log.info(
+                    "analysis %s failed retryably (%s); running it again",
+                    existing.id,
+                    (existing.error or {}).get("title"),
+                )
+                return existing.id, False, None
+            return existing.id, True, None
 
     async def _process(
         self,

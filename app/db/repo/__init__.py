@@ -42,6 +42,7 @@ from app.db.repo.lifecycle import (
     insert_pending,
     is_retryable_failure,
     pending_row,
+    reserve_key,
     restart_failed,
 )
 from app.db.repo.listing import (
@@ -164,6 +165,7 @@ __all__ = [
     "pending_row",
     "pending_runner_pids",
     "prune_slack_events",
+    "reserve_key",
     "restart_failed",
     "result_hardware_hosts",
     "result_summary",

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -56,6 +57,32 @@ class Draft:
         return cls(new_id(now), now, meta, token_id, runner)
 
 
+def _pending_values(
+    draft: Draft,
+    *,
+    idempotency_scope: str | None = None,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
+) -> dict[str, Any]:
+    meta = draft.meta
+    return {
+        "id": draft.analysis_id,
+        "created_at": draft.created_at,
+        "status": "pending",
+        "source": meta.source,
+        "job_id": meta.job_id,
+        "framework": meta.framework,
+        "exit_code": meta.exit_code,
+        "host": meta.host,
+        "labels": dict(meta.labels),
+        "token_id": draft.token_id,
+        "idempotency_scope": idempotency_scope if idempotency_key else None,
+        "idempotency_key": idempotency_key,
+        "request_digest": request_digest,
+        "runner": draft.runner,
+    }
+
+
 def pending_row(
     draft: Draft,
     *,
@@ -63,23 +90,39 @@ def pending_row(
     idempotency_key: str | None = None,
     request_digest: str | None = None,
 ) -> Analysis:
-    meta = draft.meta
     return Analysis(
-        id=draft.analysis_id,
-        created_at=draft.created_at,
-        status="pending",
-        source=meta.source,
-        job_id=meta.job_id,
-        framework=meta.framework,
-        exit_code=meta.exit_code,
-        host=meta.host,
-        labels=dict(meta.labels),
-        token_id=draft.token_id,
-        idempotency_scope=idempotency_scope if idempotency_key else None,
-        idempotency_key=idempotency_key,
-        request_digest=request_digest,
-        runner=draft.runner,
+        **_pending_values(
+            draft,
+            idempotency_scope=idempotency_scope,
+            idempotency_key=idempotency_key,
+            request_digest=request_digest,
+        )
     )
+
+
+def reserve_key(session: Session, *, draft: Draft, scope: str, key: str, request_digest: str) -> bool:
+    """Insert `draft`'s pending row holding the idempotency key, unless a row holds it already
+    (False: look that one up). One statement where a look-up and an insert were two: every
+    hook reserves its key, and in a burst the round trips are the web process's waits. A
+    request holding the same key uncommitted is waited for; its row is then the one found."""
+    dialect = session.get_bind().dialect.name
+    if dialect not in ("postgresql", "sqlite"):  # pragma: no cover - other backends
+        if find_idempotent(session, scope=scope, key=key) is not None:
+            return False
+        insert_pending(
+            session, draft=draft, idempotency_scope=scope, idempotency_key=key, request_digest=request_digest
+        )
+        return True
+    dml = postgresql if dialect == "postgresql" else sqlite
+    stmt = (
+        dml.insert(Analysis)
+        .on_conflict_do_nothing(index_elements=["idempotency_scope", "idempotency_key"])
+        .returning(Analysis.id)
+    )
+    values = _pending_values(
+        draft, idempotency_scope=scope, idempotency_key=key, request_digest=request_digest
+    )
+    return session.execute(stmt, values).scalar() is not None
 
 
 def insert_pending(
