@@ -109,7 +109,21 @@ RULES: list[tuple[str, str]] = [
         "slack-token",
         r"\b" + _NOT_FILLER + r"(?P<secret>xox[abposre]-\d[A-Za-z0-9-]{15,}|xapp-\d-[A-Za-z0-9-]{20,})",
     ),
-    ("slack-webhook", r"(?P<secret>(?:https?://)?hooks\.slack\.com/services/[A-Za-z0-9/_-]+)"),
+    # incoming webhooks (`services/`) and Workflow Builder's (`workflows/`, `triggers/`): the URL
+    # is the credential
+    (
+        "slack-webhook",
+        r"(?P<secret>(?:https?://)?hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+)",
+    ),
+    # Teams incoming webhooks, the tenant's host (`*.webhook.office.com/webhookb2/`) and the
+    # older Office 365 one (`outlook.office.com/webhook/`)
+    (
+        "teams-webhook",
+        r"(?P<secret>(?:https?://)?(?:(?<![\w-])[\w-]{1,63}\.webhook\.office\.com/webhookb2"
+        r"|outlook\.office(?:365)?\.com/webhook)/[A-Za-z0-9@/_-]{20,})",
+    ),
+    # Notion integration tokens: `ntn_` + 11 digits + 35 (2024 on), `secret_` + 43 before
+    ("notion-token", r"\b(?P<secret>ntn_\d{11}[A-Za-z0-9]{35}|secret_[A-Za-z0-9]{43})\b"),
     # 30-40 after the prefix, ended: `hf_requiredCharacteristicTypes...` is an identifier
     (
         "huggingface-token",
@@ -204,6 +218,7 @@ _NEVER_MADE_UP = frozenset(
         "pypi-token",
         "cookie",
         "slack-webhook",
+        "teams-webhook",
         "url-credentials",
         "bearer",
         "authorization",
@@ -277,7 +292,12 @@ _HINTS: dict[str, tuple[tuple[str, ...], bool]] = {
     "authorization": (("authorization",), True),
     "github-token": (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
     "slack-token": (("xox", "xapp-"), False),
-    "slack-webhook": (("hooks.slack.com/services/",), False),
+    "slack-webhook": (("hooks.slack.com/",), False),
+    "teams-webhook": (
+        (".webhook.office.com/webhookb2/", "outlook.office.com/webhook/", "outlook.office365.com/webhook/"),
+        False,
+    ),
+    "notion-token": (("ntn_", "secret_"), False),
     "sourcegraph-token": (("sgp_",), False),
     "huggingface-token": (("hf_", "api_org_"), False),
     "openai-key": (("sk-",), False),
