@@ -245,3 +245,46 @@ def test_line_starts_by_length_equal_those_by_encoding() -> None:
         fast = line_starts(lines, ascii=len(data) == len(text))
         assert fast == line_starts(lines, ascii=False)
         assert [data[s:].split(b"\n", 1)[0].decode("utf-8", "surrogatepass") for s in fast] == lines
+
+
+def test_the_tail_lines_are_those_of_the_rows_decoded_one_by_one() -> None:
+    """`_tail_texts` (a plain block decoded whole) gives what `_texts(_last_rows(...))` gives, on
+    blocks of invalid UTF-8, split characters, escapes, carriage returns and empty lines."""
+    import random
+
+    from app.engine.pipeline import scan as scan_mod
+
+    rnd = random.Random(21)
+    alphabet = [
+        b"a",
+        b"loss: 1.5 ",
+        b"\n",
+        b"\n\n",
+        b"\xe2\x82",
+        b"\xe2\x82\xac",
+        b"\xff",
+        b" ",
+        b"\xe6\x97\xa5",
+    ]
+    escapes = [b"\r", b"\x1b[31m"]
+    compared = plain = 0
+    for _ in range(400):
+        blocks = []
+        base = 0
+        for _b in range(rnd.randint(1, 4)):
+            pieces = alphabet + (escapes if rnd.random() < 0.3 else [])
+            data = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 60)))
+            if data and not data.endswith(b"\n"):
+                data += b"\n"
+            blocks.append((base, data))
+            base += data.count(b"\n")
+        if blocks[-1][1] and rnd.random() < 0.3:  # a file's last line may have no newline
+            blocks[-1] = (blocks[-1][0], blocks[-1][1].rstrip(b"\n"))
+        for lines in (1, rnd.randint(1, 12), 40):
+            for cut in (3, 400):
+                want = scan_mod._texts(scan_mod._last_rows(blocks, lines=lines), cut=cut)
+                assert scan_mod._tail_texts(blocks, lines=lines, cut=cut) == want, (blocks, lines, cut)
+                compared += bool(want)
+                plain += bool(want) and not any(b"\r" in d or b"\x1b" in d for _b, d in blocks)
+    assert compared > 1000
+    assert plain > 300

@@ -703,7 +703,7 @@ def rescan_wrapped(compiled: CompiledLibrary, result: FileScan, blocks: list[tup
 def read_metrics(result: FileScan, blocks: list[tuple[int, bytes]], stream: MetricStream) -> None:
     """The timeline's last lines, and the metrics of the stream that ends with these line-aligned
     blocks of (lines before it, bytes): its last `stream.exact_bytes` are parsed line by line."""
-    result.tail = _texts(_last_rows(blocks, lines=TAIL_KEEP_LINES), cut=400)
+    result.tail = _tail_texts(blocks, lines=TAIL_KEEP_LINES, cut=400)
     window = [(n, metric_text(raw)) for n, raw in _last_rows(blocks, nbytes=stream.exact_bytes)]
     finish_metrics(result, stream, window)
 
@@ -742,6 +742,30 @@ def _last_rows(
         if lines is not None and len(out) >= lines:
             return out[-lines:]
     return out
+
+
+def _tail_texts(blocks: list[tuple[int, bytes]], *, lines: int, cut: int) -> list[tuple[int, str]]:
+    """`_texts(_last_rows(blocks, lines=lines), cut=cut)`, the timeline's last lines, for less:
+    a block with no escape and no carriage return (most logs) is decoded whole and split once,
+    instead of split into rows, joined again and decoded (the 2,000 rows of a 1 MB hook's tail of
+    metric lines: 3.7 -> 2.1 ms here)."""
+    out: list[tuple[int, str]] = []
+    for base, data in reversed(blocks):
+        need = lines - len(out)
+        if need <= 0:
+            break
+        if b"\x1b" in data or b"\r" in data:
+            got = _texts(_last_rows([(base, data)], lines=need), cut=cut)
+        else:
+            rows = data.decode("utf-8", errors="replace").split("\n")
+            k, n = len(rows), 0
+            while k > 0 and n < need:
+                k -= 1
+                if rows[k]:
+                    n += 1
+            got = [(base + i + 1, rows[i][:cut]) for i in range(k, len(rows)) if rows[i]]
+        out = got + out
+    return out[-lines:] if len(out) > lines else out
 
 
 def _texts(rows: list[tuple[int, bytes]], *, cut: int) -> list[tuple[int, str]]:
