@@ -190,6 +190,12 @@ def _old_last_rows(
     return out
 
 
+# pieces of random line-aligned blocks: words, empty lines, a split and a whole multi-byte
+# character, an invalid byte; the escapes send a row down the row-by-row path
+ROW_PIECES = [b"a", b"loss: 1.5 ", b"\n", b"\n\n", b"\xe2\x82", b"\xe2\x82\xac", b"\xff", b" "]
+ESCAPES = [b"\r", b"\x1b[31m"]
+
+
 def test_last_rows_and_their_texts_as_row_by_row() -> None:
     import random
 
@@ -197,18 +203,7 @@ def test_last_rows_and_their_texts_as_row_by_row() -> None:
     from app.engine.pipeline.metrics import metric_text
 
     rnd = random.Random(20)
-    alphabet = [
-        b"a",
-        b"loss: 1.5 ",
-        b"\n",
-        b"\n\n",
-        b"\xe2\x82",
-        b"\xe2\x82\xac",
-        b"\xff",
-        b"\r",
-        b"\x1b[31m",
-        b" ",
-    ]
+    alphabet = ROW_PIECES + ESCAPES
     compared = plain = 0
     for _ in range(400):
         blocks = []
@@ -255,24 +250,13 @@ def test_the_tail_lines_are_those_of_the_rows_decoded_one_by_one() -> None:
     from app.engine.pipeline import scan as scan_mod
 
     rnd = random.Random(21)
-    alphabet = [
-        b"a",
-        b"loss: 1.5 ",
-        b"\n",
-        b"\n\n",
-        b"\xe2\x82",
-        b"\xe2\x82\xac",
-        b"\xff",
-        b" ",
-        b"\xe6\x97\xa5",
-    ]
-    escapes = [b"\r", b"\x1b[31m"]
+    alphabet = [*ROW_PIECES, b"\xe6\x97\xa5"]
     compared = plain = 0
     for _ in range(400):
         blocks = []
         base = 0
         for _b in range(rnd.randint(1, 4)):
-            pieces = alphabet + (escapes if rnd.random() < 0.3 else [])
+            pieces = alphabet + (ESCAPES if rnd.random() < 0.3 else [])
             data = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 60)))
             if data and not data.endswith(b"\n"):
                 data += b"\n"
