@@ -764,8 +764,8 @@ def _tail_texts(blocks: list[tuple[int, bytes]], *, lines: int, cut: int) -> lis
                 if rows[k]:
                     n += 1
             got = [(base + i + 1, rows[i][:cut]) for i in range(k, len(rows)) if rows[i]]
-        out = got + out
-    return out[-lines:] if len(out) > lines else out
+        out = got + out  # each block gives at most the rows still needed
+    return out
 
 
 def _texts(rows: list[tuple[int, bytes]], *, cut: int) -> list[tuple[int, str]]:
