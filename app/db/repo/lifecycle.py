@@ -105,15 +105,7 @@ def reserve_key(session: Session, *, draft: Draft, scope: str, key: str, request
     (False: look that one up). One statement where a look-up and an insert were two: every
     hook reserves its key, and in a burst the round trips are the web process's waits. A
     request holding the same key uncommitted is waited for; its row is then the one found."""
-    dialect = session.get_bind().dialect.name
-    if dialect not in ("postgresql", "sqlite"):  # pragma: no cover - other backends
-        if find_idempotent(session, scope=scope, key=key) is not None:
-            return False
-        insert_pending(
-            session, draft=draft, idempotency_scope=scope, idempotency_key=key, request_digest=request_digest
-        )
-        return True
-    dml = postgresql if dialect == "postgresql" else sqlite
+    dml = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     stmt = (
         dml.insert(Analysis)
         .on_conflict_do_nothing(index_elements=["idempotency_scope", "idempotency_key"])
