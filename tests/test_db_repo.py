@@ -6,16 +6,19 @@ import asyncio
 import datetime as dt
 import hashlib
 import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from app.blobstore import blob_store_for
 from app.db import repo, rollup
 from app.db.migrate import downgrade, upgrade
-from app.db.models import RecurrenceDay, RecurrenceHost, RecurrenceJob
+from app.db.models import RecurrenceDay, RecurrenceHost, RecurrenceJob, RecurrenceTotal
 from app.db.session import Database
 from app.engine import fingerprint as fingerprinting
 from app.engine.fingerprint import fingerprint
@@ -234,7 +237,16 @@ def _counters(db: Database) -> dict[str, list[tuple[Any, ...]]]:
             ),
             "jobs": sorted((r.fingerprint, r.job_key, r.analyses) for r in s.query(RecurrenceJob)),
             "hosts": sorted((r.fingerprint, r.host, r.analyses) for r in s.query(RecurrenceHost)),
+            "totals": sorted((r.fingerprint, r.jobs, r.hosts) for r in s.query(RecurrenceTotal)),
         }
+
+
+def _assert_totals_count_the_rows(db: Database) -> None:
+    """The totals row of each fingerprint holds how many job and host rows it has, no more rows."""
+    c = _counters(db)
+    jobs = Counter(fp for fp, _key, _n in c["jobs"])
+    hosts = Counter(fp for fp, _host, _n in c["hosts"])
+    assert c["totals"] == sorted((fp, jobs[fp], hosts[fp]) for fp in set(jobs) | set(hosts))
 
 
 def test_recurrence_counters_follow_retriage(db: Database, tmp_path: Path, analyze: Analyze) -> None:
@@ -256,12 +268,15 @@ def test_recurrence_counters_follow_retriage(db: Database, tmp_path: Path, analy
         rec_ecc = rollup.recurrence(s, fingerprint_=fp_ecc, days=7)
         assert rec_ecc is not None and (rec_ecc.total, rec_ecc.hosts, rec_ecc.first_analysis_id) == (1, 1, a)
     assert [key for fp, key, _n in _counters(db)["jobs"] if fp == fp_oom] == ["jb"]
+    _assert_totals_count_the_rows(db)
     with db.write() as s:
         repo.apply_retriage(s, analysis_id=b, analysis=ecc, library_version="0.2.0", rules=[])
     with db.read() as s:
         assert rollup.recurrence(s, fingerprint_=fp_oom, days=7) is None  # no row left behind
         rec_ecc = rollup.recurrence(s, fingerprint_=fp_ecc, days=7)
         assert rec_ecc is not None and rec_ecc.total == 2 and rec_ecc.jobs == 2
+    _assert_totals_count_the_rows(db)
+    assert fp_oom not in [fp for fp, *_ in _counters(db)["totals"]]  # emptied: deleted, not left at 0
 
 
 def test_recurrence_window_is_exact_at_its_start(db: Database, tmp_path: Path, analyze: Analyze) -> None:
@@ -283,9 +298,105 @@ def test_migration_backfill_equals_live_counters(db: Database, tmp_path: Path, a
     store_analysis(db, tmp_path, result_of(analyze, OOM.format(gib="9")), content=b"o\n")
     live = _counters(db)
     assert [n for *_, n in live["jobs"]].count(1) == 4 and len(live["hosts"]) == 2
+    _assert_totals_count_the_rows(db)
+    downgrade(db.engine, "0008")  # the totals alone, backfilled from the counters
+    upgrade(db.engine)
+    assert _counters(db) == live
     downgrade(db.engine, "0001")
     upgrade(db.engine)
     assert _counters(db) == live
+
+
+def _contribution(
+    analysis_id: str, job: str, hosts: tuple[str, ...], *, days_ago: int = 0
+) -> rollup.Contribution:
+    return rollup.Contribution(
+        fingerprint="f" * 32,
+        analysis_id=analysis_id,
+        created_at=dt.datetime.now(dt.UTC) - dt.timedelta(days=days_ago),
+        job_key=job,
+        hosts=hosts,
+    )
+
+
+def test_recurrence_totals_follow_counts_and_uncounts(db: Database) -> None:
+    fp = "f" * 32
+    a = _contribution("a1", "job-1", ("h1", "h2"))
+    b = _contribution("a2", "job-1", ("h2",))
+    c = _contribution("a3", "job-2", ("h3",))
+    with db.write() as s:
+        rollup.count(s, [a, b])  # one group: job-1 twice, h2 twice
+    with db.write() as s:
+        rollup.count(s, [c])
+    _assert_totals_count_the_rows(db)
+    with db.read() as s:
+        rec = rollup.recurrence(s, fingerprint_=fp, days=7)
+        assert rec is not None and (rec.total, rec.jobs, rec.hosts) == (3, 2, 3)
+        # an upload being stored: its new job and host are added, its known ones are not
+        more = [_contribution("a4", "job-2", ("h9",)), _contribution("a5", "job-7", ("h1",))]
+        rec = rollup.recurrence(s, fingerprint_=fp, days=7, pending=more)
+        assert rec is not None and (rec.total, rec.jobs, rec.hosts) == (5, 3, 4)
+    with db.write() as s:
+        rollup.uncount(s, b)  # job-1 and h2 keep a1's analysis
+    _assert_totals_count_the_rows(db)
+    with db.write() as s:
+        rollup.uncount(s, a)
+    _assert_totals_count_the_rows(db)
+    assert _counters(db)["totals"] == [(fp, 1, 1)]
+    with db.write() as s:
+        rollup.uncount(s, c)
+    assert _counters(db)["totals"] == []
+
+
+def _until_lock_wait(db: Database, pid: list[int], writer: threading.Thread, timeout: float = 60.0) -> bool:
+    """True once the backend `pid[0]` (set by the writer thread) waits for a lock."""
+    poll = threading.Event()  # never set: its wait is the pause between two looks
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and writer.is_alive():
+        if pid:
+            with db.engine.connect() as conn:
+                state = conn.execute(
+                    text("SELECT wait_event_type FROM pg_stat_activity WHERE pid = :p"), {"p": pid[0]}
+                ).scalar()
+            if state == "Lock":
+                return True
+        poll.wait(0.01)
+    return False
+
+
+@pytest.mark.postgres
+def test_a_job_two_transactions_add_at_once_counts_once(pg_schemas: PgSchemas) -> None:
+    """The second writer of a new job waits on the first one's uncommitted row, then finds it:
+    the job is one job, its row holds both analyses (a look-up before the insert counted it twice)."""
+    db = Database(pg_schemas.new())
+    upgrade(db.engine)
+    try:
+        blocked_pid: list[int] = []
+        errors: list[BaseException] = []
+
+        def second() -> None:
+            try:
+                with db.write() as s:
+                    blocked_pid.append(int(s.execute(text("SELECT pg_backend_pid()")).scalar_one()))
+                    # another day: not held up by the first one's day row, only by its job row
+                    rollup.count(s, [_contribution("a2", "job-1", ("h1",), days_ago=1)])
+            except BaseException as exc:
+                errors.append(exc)
+
+        with db.write() as s:
+            rollup.count(s, [_contribution("a1", "job-1", ("h1",))])
+            t = threading.Thread(target=second)
+            t.start()
+            # the condition: the second transaction waits for this one's lock (polled: nothing
+            # tells when another backend starts waiting)
+            assert _until_lock_wait(db, blocked_pid, t), "the second writer never waited for the first"
+        t.join(timeout=60)
+        assert not t.is_alive() and not errors
+        c = _counters(db)
+        assert c["jobs"] == [("f" * 32, "job-1", 2)] and c["hosts"] == [("f" * 32, "h1", 2)]
+        assert c["totals"] == [("f" * 32, 1, 1)]
+    finally:
+        db.dispose()
 
 
 def test_idempotency_key_is_unique_per_scope(db: Database) -> None:

@@ -29,6 +29,7 @@ TABLES = {
     "recurrence_days",
     "recurrence_hosts",
     "recurrence_jobs",
+    "recurrence_totals",
     "retriages",
     "rule_versions",
     "slack_events",

@@ -303,6 +303,18 @@ class RecurrenceHost(Base):
     analyses: Mapped[int]
 
 
+class RecurrenceTotal(Base):
+    """How many rows `recurrence_jobs` and `recurrence_hosts` hold per fingerprint, kept as rows
+    come and go: a common failure's distinct jobs are read from one row, not counted over every
+    job it ever hit (4 ms per completion at 50,000 jobs on PostgreSQL, and growing)."""
+
+    __tablename__ = "recurrence_totals"
+
+    fingerprint: Mapped[str] = mapped_column(String(32), primary_key=True)
+    jobs: Mapped[int]
+    hosts: Mapped[int]
+
+
 class SlackEvent(Base):
     """Slack deliveries already taken: an event id (or a message's channel and ts) is claimed
     once, so Slack's retries, a second worker or a restart never answer twice."""

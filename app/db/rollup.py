@@ -4,12 +4,14 @@ Every upload's response says how often its root cause recurred ("seen 12 times i
 5 jobs, 3 hosts"). Counting that from ``analyses``/``findings`` costs time proportional to the
 history of the fingerprint, and a common failure (an NCCL timeout) has tens of thousands of rows:
 measured on PostgreSQL, the distinct-hosts join alone grew to 150 ms per request after 6,000
-analyses. So each counted analysis adds to three small tables in the transaction that completes
-it, and reading recurrence touches one row per day, per distinct job and per distinct host:
+analyses. So each counted analysis adds to four small tables in the transaction that completes
+it, and reading recurrence touches one row per day and the fingerprint's totals:
 
 - ``recurrence_days``: analyses per (fingerprint, UTC day), with the first/last time and first id;
 - ``recurrence_jobs``: analyses per (fingerprint, job) (the job is the analysis id when unnamed);
-- ``recurrence_hosts``: analyses per (fingerprint, host) of the root cause's findings.
+- ``recurrence_hosts``: analyses per (fingerprint, host) of the root cause's findings;
+- ``recurrence_totals``: how many job and host rows each fingerprint has (its distinct jobs and
+  hosts), changed only when such a row is inserted or deleted.
 
 An analysis counts when it is done, has a root-cause fingerprint and is not a duplicate upload.
 Re-triage can change an analysis' fingerprint: ``uncount`` takes its old contribution back first.
@@ -19,11 +21,12 @@ Upserts lock keys in sorted order so concurrent writers of one fingerprint never
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, delete, distinct, func, select, update
+from sqlalchemy import Table, bindparam, delete, distinct, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -34,6 +37,7 @@ from app.db.models import (
     RecurrenceDay,
     RecurrenceHost,
     RecurrenceJob,
+    RecurrenceTotal,
     table_of,
 )
 from app.engine import fingerprint as fingerprinting
@@ -138,17 +142,76 @@ def count(session: Session, contributions: Iterable[Contribution]) -> None:
             hosts[(c.fingerprint, h)] = hosts.get((c.fingerprint, h), 0) + 1
     _upsert(session, table_of(RecurrenceDay), list(days.values()), ["fingerprint", "day"])
     job_rows = [{"fingerprint": fp, "job_key": k, "analyses": n} for (fp, k), n in jobs.items()]
-    _upsert(session, table_of(RecurrenceJob), job_rows, ["fingerprint", "job_key"])
+    new_jobs = _add_keyed(session, table_of(RecurrenceJob), job_rows, "job_key")
     host_rows = [{"fingerprint": fp, "host": h, "analyses": n} for (fp, h), n in hosts.items()]
-    _upsert(session, table_of(RecurrenceHost), host_rows, ["fingerprint", "host"])
+    new_hosts = _add_keyed(session, table_of(RecurrenceHost), host_rows, "host")
+    _add_totals(session, {fp: (new_jobs[fp], new_hosts[fp]) for fp in new_jobs | new_hosts})
+
+
+def _add_keyed(session: Session, table: Table, rows: list[dict[str, Any]], key: str) -> Counter[str]:
+    """Add to the per-job (or per-host) counters; returns how many of the rows were new, per
+    fingerprint. New rows are told by the insert itself (ON CONFLICT DO NOTHING RETURNING): a
+    row another transaction inserts at the same moment is waited for and then counted by one
+    of the two only, which a look-up before the upsert could not promise."""
+    if not rows:
+        return Counter()
+    rows = sorted(rows, key=lambda r: (r["fingerprint"], r[key]))  # the lock order, as in _upsert
+    is_pg = session.get_bind().dialect.name == "postgresql"
+    ins = postgresql.insert(table) if is_pg else sqlite.insert(table)
+    inserted = session.execute(
+        ins.values(rows)
+        .on_conflict_do_nothing(index_elements=["fingerprint", key])
+        .returning(table.c.fingerprint, table.c[key])
+    ).all()
+    fresh = {(fp, k) for fp, k in inserted}
+    seen = [
+        {"b_fp": r["fingerprint"], "b_key": r[key], "b_n": r["analyses"]}
+        for r in rows
+        if (r["fingerprint"], r[key]) not in fresh
+    ]
+    if seen:
+        session.execute(
+            update(table)
+            .where(table.c.fingerprint == bindparam("b_fp"), table.c[key] == bindparam("b_key"))
+            .values(analyses=table.c.analyses + bindparam("b_n")),
+            seen,
+        )
+    return Counter(fp for fp, _ in fresh)
+
+
+def _add_totals(session: Session, change: dict[str, tuple[int, int]]) -> None:
+    """Add (jobs, hosts) to the fingerprints' totals; a total taken down to nothing is deleted."""
+    rows: list[dict[str, Any]] = [
+        {"fingerprint": fp, "jobs": j, "hosts": h} for fp, (j, h) in sorted(change.items()) if j or h
+    ]
+    if not rows:
+        return
+    table = table_of(RecurrenceTotal)
+    is_pg = session.get_bind().dialect.name == "postgresql"
+    ins = postgresql.insert(table) if is_pg else sqlite.insert(table)
+    stmt = ins.on_conflict_do_update(
+        index_elements=["fingerprint"],
+        set_={"jobs": table.c.jobs + ins.excluded.jobs, "hosts": table.c.hosts + ins.excluded.hosts},
+    )
+    session.execute(stmt, rows)
+    taken = [fp for fp, (j, h) in change.items() if j < 0 or h < 0]
+    if taken:
+        session.execute(
+            delete(table).where(table.c.fingerprint.in_(taken), table.c.jobs <= 0, table.c.hosts <= 0)
+        )
 
 
 def uncount(session: Session, c: Contribution) -> None:
     """Take an analysis' contribution back (before its fingerprint or status changes)."""
     fp = c.fingerprint
-    _decrement(session, RecurrenceJob, RecurrenceJob.fingerprint == fp, RecurrenceJob.job_key == c.job_key)
-    for h in c.hosts:
+    jobs_gone = _decrement(
+        session, RecurrenceJob, RecurrenceJob.fingerprint == fp, RecurrenceJob.job_key == c.job_key
+    )
+    hosts_gone = sum(
         _decrement(session, RecurrenceHost, RecurrenceHost.fingerprint == fp, RecurrenceHost.host == h)
+        for h in c.hosts
+    )
+    _add_totals(session, {fp: (-jobs_gone, -hosts_gone)})
     # the day row's first/last may have been this analysis: recount that one day from the source
     start = dt.datetime.combine(c.day, dt.time(), dt.UTC)
     n, first, last, first_id = session.execute(
@@ -169,9 +232,11 @@ def uncount(session: Session, c: Contribution) -> None:
         )
 
 
-def _decrement(session: Session, model: type[RecurrenceJob | RecurrenceHost], *key: Any) -> None:
+def _decrement(session: Session, model: type[RecurrenceJob | RecurrenceHost], *key: Any) -> int:
+    """Take one analysis off a counter row; returns 1 when that emptied and deleted it."""
     session.execute(update(model).where(*key).values(analyses=model.analyses - 1))
-    session.execute(delete(model).where(*key, model.analyses <= 0))
+    gone = session.execute(delete(model).where(*key, model.analyses <= 0))
+    return int(gone.rowcount or 0)  # type: ignore[attr-defined]
 
 
 def _counted(fps: Sequence[str]) -> tuple[Any, ...]:
@@ -252,12 +317,23 @@ def recurrence(
     n_host = func.count() if len(fps) == 1 else func.count(distinct(RecurrenceHost.host))
     jobs_q = select(n_job).where(_among(RecurrenceJob.fingerprint, fps))
     hosts_q = select(n_host).where(_among(RecurrenceHost.fingerprint, fps))
+    if len(fps) == 1:
+        # one key: the totals row says how many jobs and hosts it has (a count over them grows
+        # with the failure's history); several keys may share a job, so those are counted
+        def of_totals(column: Any) -> Any:
+            return func.coalesce(
+                select(column).where(RecurrenceTotal.fingerprint == fps[0]).scalar_subquery(), 0
+            )
+
+        jobs_all, hosts_all = of_totals(RecurrenceTotal.jobs), of_totals(RecurrenceTotal.hosts)
+    else:
+        jobs_all, hosts_all = jobs_q.scalar_subquery(), hosts_q.scalar_subquery()
     # one round trip: distinct jobs and hosts, and how many of the pending ones are known
     n_jobs, jobs_known, n_hosts, hosts_known = session.execute(
         select(
-            jobs_q.scalar_subquery(),
+            jobs_all,
             jobs_q.where(RecurrenceJob.job_key.in_(job_keys)).scalar_subquery(),
-            hosts_q.scalar_subquery(),
+            hosts_all,
             hosts_q.where(RecurrenceHost.host.in_(new_hosts)).scalar_subquery(),
         )
     ).one()
