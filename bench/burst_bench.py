@@ -3,6 +3,7 @@
 
     python bench/burst_bench.py [--hooks 200] [--hook-size 1M] [--workers 2] [--rounds 1]
     python bench/burst_bench.py --only-single [--single-n 20] [--rounds 3]   # one hook alone only
+    python bench/burst_bench.py --seed 100000 ...   # on a database in use, not an empty one
 
 Both servers run `--workers 2` on PostgreSQL, bound to 127.0.0.1:
 - `logtriage serve` (its own database `logtriage_burst`, dropped at the end);
@@ -93,6 +94,78 @@ def metric_log(size: int, seed: int) -> bytes:
         out.append(line)
         n += len(line)
     return "".join(out).encode()
+
+
+def seed_store(url: str, n: int, oom: bytes) -> None:
+    """A database that has been in use: `n` stored analyses over the last six days, half of them
+    the burst's own OOM from as many jobs (the common failure an incident adds to), the rest the
+    web bench's real samples over 2,000 jobs, on 600 hosts. Written with the service's own
+    `complete_analyses`, in groups of 500; ANALYZE every 10,000 and at the end, as autovacuum
+    would (this machine's PostgreSQL runs with it off: without statistics the planner guesses)."""
+    import datetime as dt
+    import importlib
+    import io
+
+    from app.db import repo
+    from app.db.migrate import upgrade
+    from app.db.session import Database
+    from app.engine.pipeline.library import load_library
+    from app.engine.pipeline.scan import CompiledLibrary, Source
+    from app.engine.pipeline.triage import TriageOptions, triage
+    from app.service.worker import _rule_texts
+
+    # imported after `app`: web_bench puts this checkout first on sys.path, and a run against
+    # another checkout (PYTHONPATH) must seed with that one's schema
+    web_bench = importlib.import_module("web_bench")
+
+    db = Database(url)
+    upgrade(db.engine)
+    samples = web_bench.results()
+    compiled = CompiledLibrary(load_library())
+    oom_result = triage(
+        sources=[Source(name="hook.log", stream=io.BytesIO(oom), rank_hint=None)],
+        compiled=compiled,
+        options=TriageOptions(jobs=1),
+    ).model_dump(mode="json")
+    oom_item = (oom_result, list(_rule_texts(compiled, oom_result)))
+    rng = random.Random(20)
+    now = dt.datetime.now(dt.UTC)
+    batch: list[repo.Completion] = []
+
+    def analyze_all() -> None:
+        with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("ANALYZE")
+
+    for i in range(n):
+        oom_one = i % 2 == 0
+        analysis, rules = oom_item if oom_one else samples[i % len(samples)]
+        created = now - dt.timedelta(seconds=rng.randrange(60, 6 * 86400))
+        meta = repo.JobMeta(
+            source="api",
+            job_id=f"seed-oom-{i}" if oom_one else f"seed-job-{rng.randrange(2000)}",
+            host=f"gpu-node-{rng.randrange(600):03d}",
+        )
+        draft = repo.Draft(repo.new_id(created), created, meta, None, None)
+        blob = repo.StoredBlob(f"{i:064x}", 1_000_000, 120_000)
+        batch.append(
+            repo.Completion(
+                analysis_id=draft.analysis_id,
+                analysis=analysis,
+                library_version="seed",
+                files=[repo.FileRecord("hook.log", blob)],
+                config=None,
+                rules=rules,
+                draft=draft,
+            )
+        )
+        if len(batch) == 500 or i == n - 1:
+            with db.write() as s:
+                repo.complete_analyses(s, items=batch)
+            batch = []
+        if (i + 1) % 10_000 == 0:
+            analyze_all()
+    analyze_all()
+    db.dispose()
 
 
 class Server:
@@ -330,6 +403,13 @@ def main() -> int:
     )
     p.add_argument("--single-n", type=int, default=20, help="sequential posts per one-hook-alone median")
     p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="store this many analyses first (half the burst's failure, from as many jobs): a "
+        "database in use, not an empty one",
+    )
+    p.add_argument(
         "--db",
         default=PG_DB,
         help="PostgreSQL database to create and drop (another checkout may run the bench)",
@@ -346,8 +426,17 @@ def main() -> int:
     env["TRIVIAL_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:5432/{args.db}"
     env["TRIVIAL_DATA_DIR"] = str(data / "trivial")
     servers: dict[str, tuple[Server, str]] = {}
-    report: dict[str, Any] = {"hooks": args.hooks, "hook_bytes": len(base) + len(OOM_TAIL), "rounds": []}
+    report: dict[str, Any] = {
+        "hooks": args.hooks,
+        "hook_bytes": len(base) + len(OOM_TAIL),
+        "seeded_analyses": args.seed,
+        "rounds": [],
+    }
     try:
+        if args.seed:
+            t0 = time.monotonic()
+            seed_store(env["LOGTRIAGE_DATABASE_URL"], args.seed, base + OOM_TAIL.encode())
+            print(f"burst_bench: {args.seed} analyses stored in {time.monotonic() - t0:.0f} s", flush=True)
         if args.only in (None, "trivial"):
             servers["trivial"] = (
                 Server(
