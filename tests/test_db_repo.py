@@ -399,6 +399,43 @@ def test_a_job_two_transactions_add_at_once_counts_once(pg_schemas: PgSchemas) -
         db.dispose()
 
 
+@pytest.mark.postgres
+def test_a_retriage_and_an_upload_of_one_failure_do_not_deadlock(pg_schemas: PgSchemas) -> None:
+    """An upload's counting holds the failure's day row; a re-triage taking an analysis off the
+    same failure waits for it before touching the job row the upload counts next (taken the other
+    way round, each waited for the other and PostgreSQL aborted one)."""
+    db = Database(pg_schemas.new())
+    upgrade(db.engine)
+    try:
+        first = _contribution("a1", "job-1", ("h1",))
+        with db.write() as s:
+            rollup.count(s, [first])
+        pid: list[int] = []
+        errors: list[BaseException] = []
+
+        def retriage() -> None:
+            try:
+                with db.write() as s:
+                    pid.append(int(s.execute(text("SELECT pg_backend_pid()")).scalar_one()))
+                    rollup.uncount(s, first)
+            except BaseException as exc:
+                errors.append(exc)
+
+        with db.write() as s:
+            rollup.count(s, [_contribution("a2", "job-2", ("h2",))])  # holds the day row
+            t = threading.Thread(target=retriage)
+            t.start()
+            assert _until_lock_wait(db, pid, t), "the re-triage never waited for the upload"
+            rollup.count(s, [_contribution("a3", "job-1", ("h1",))])  # job-1's row, next
+        t.join(timeout=60)
+        assert not t.is_alive() and not errors
+        c = _counters(db)
+        assert [(k, n) for _fp, k, n in c["jobs"]] == [("job-1", 1), ("job-2", 1)]
+        _assert_totals_count_the_rows(db)
+    finally:
+        db.dispose()
+
+
 def test_idempotency_key_is_unique_per_scope(db: Database) -> None:
     with db.write() as s:
         repo.create_pending(

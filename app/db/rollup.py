@@ -204,15 +204,9 @@ def _add_totals(session: Session, change: dict[str, tuple[int, int]]) -> None:
 def uncount(session: Session, c: Contribution) -> None:
     """Take an analysis' contribution back (before its fingerprint or status changes)."""
     fp = c.fingerprint
-    jobs_gone = _decrement(
-        session, RecurrenceJob, RecurrenceJob.fingerprint == fp, RecurrenceJob.job_key == c.job_key
-    )
-    hosts_gone = sum(
-        _decrement(session, RecurrenceHost, RecurrenceHost.fingerprint == fp, RecurrenceHost.host == h)
-        for h in c.hosts
-    )
-    _add_totals(session, {fp: (-jobs_gone, -hosts_gone)})
-    # the day row's first/last may have been this analysis: recount that one day from the source
+    # the rows in the order `count` locks them (day, jobs, hosts, totals), so a re-triage and an
+    # upload of the same failure cannot each hold a row the other waits for. The day row's
+    # first/last may have been this analysis: that one day is recounted from the source
     start = dt.datetime.combine(c.day, dt.time(), dt.UTC)
     n, first, last, first_id = session.execute(
         select(
@@ -230,6 +224,14 @@ def uncount(session: Session, c: Contribution) -> None:
             .where(*key)
             .values(analyses=int(n), first_at=_aware(first), last_at=_aware(last), first_analysis_id=first_id)
         )
+    jobs_gone = _decrement(
+        session, RecurrenceJob, RecurrenceJob.fingerprint == fp, RecurrenceJob.job_key == c.job_key
+    )
+    hosts_gone = sum(
+        _decrement(session, RecurrenceHost, RecurrenceHost.fingerprint == fp, RecurrenceHost.host == h)
+        for h in c.hosts  # sorted (`contribution_of`)
+    )
+    _add_totals(session, {fp: (-jobs_gone, -hosts_gone)})
 
 
 def _decrement(session: Session, model: type[RecurrenceJob | RecurrenceHost], *key: Any) -> int:
