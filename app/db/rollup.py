@@ -15,7 +15,8 @@ it, and reading recurrence touches one row per day and the fingerprint's totals:
 
 An analysis counts when it is done, has a root-cause fingerprint and is not a duplicate upload.
 Re-triage can change an analysis' fingerprint: ``uncount`` takes its old contribution back first.
-Upserts lock keys in sorted order so concurrent writers of one fingerprint never deadlock.
+Writers lock the tables in one order (days, jobs, hosts, totals) and the keys of each in sorted
+order, so concurrent writers of one fingerprint (uploads, re-triage) never deadlock.
 """
 
 from __future__ import annotations
