@@ -8,12 +8,13 @@ import hashlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from app.blobstore import blob_store_for
 from app.db import repo, rollup
@@ -348,92 +349,89 @@ def test_recurrence_totals_follow_counts_and_uncounts(db: Database) -> None:
     assert _counters(db)["totals"] == []
 
 
-def _until_lock_wait(db: Database, pid: list[int], writer: threading.Thread, timeout: float = 60.0) -> bool:
-    """True once the backend `pid[0]` (set by the writer thread) waits for a lock."""
-    poll = threading.Event()  # never set: its wait is the pause between two looks
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and writer.is_alive():
-        if pid:
-            with db.engine.connect() as conn:
-                state = conn.execute(
-                    text("SELECT wait_event_type FROM pg_stat_activity WHERE pid = :p"), {"p": pid[0]}
-                ).scalar()
-            if state == "Lock":
-                return True
-        poll.wait(0.01)
-    return False
+class _Writer:
+    """`work(session)` in a transaction of its own, on a thread of its own."""
+
+    def __init__(self, db: Database, work: Callable[[Session], object]) -> None:
+        self.db = db
+        self.pid: int | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(work,))
+        self.thread.start()
+
+    def _run(self, work: Callable[[Session], object]) -> None:
+        try:
+            with self.db.write() as s:
+                self.pid = int(s.execute(text("SELECT pg_backend_pid()")).scalar_one())
+                work(s)
+        except BaseException as exc:
+            self.error = exc
+
+    def waits_for_a_lock(self, timeout: float = 60.0) -> bool:
+        """True once its backend waits for a lock (polled: nothing tells when another backend
+        starts waiting); False if it ended or the time ran out first."""
+        poll = threading.Event()  # never set: its wait is the pause between two looks
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.thread.is_alive():
+            if self.pid is not None:
+                with self.db.engine.connect() as conn:
+                    state = conn.execute(
+                        text("SELECT wait_event_type FROM pg_stat_activity WHERE pid = :p"), {"p": self.pid}
+                    ).scalar()
+                if state == "Lock":
+                    return True
+            poll.wait(0.01)
+        return False
+
+    def finish(self) -> None:
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive() and self.error is None, self.error
+
+
+@pytest.fixture
+def pg_db(pg_schemas: PgSchemas) -> Iterator[Database]:
+    database = Database(pg_schemas.new())
+    upgrade(database.engine)
+    try:
+        yield database
+    finally:
+        database.dispose()
 
 
 @pytest.mark.postgres
-def test_a_job_two_transactions_add_at_once_counts_once(pg_schemas: PgSchemas) -> None:
+def test_a_job_two_transactions_add_at_once_counts_once(pg_db: Database) -> None:
     """The second writer of a new job waits on the first one's uncommitted row, then finds it:
     the job is one job, its row holds both analyses (a look-up before the insert counted it twice)."""
-    db = Database(pg_schemas.new())
-    upgrade(db.engine)
-    try:
-        blocked_pid: list[int] = []
-        errors: list[BaseException] = []
-
-        def second() -> None:
-            try:
-                with db.write() as s:
-                    blocked_pid.append(int(s.execute(text("SELECT pg_backend_pid()")).scalar_one()))
-                    # another day: not held up by the first one's day row, only by its job row
-                    rollup.count(s, [_contribution("a2", "job-1", ("h1",), days_ago=1)])
-            except BaseException as exc:
-                errors.append(exc)
-
-        with db.write() as s:
-            rollup.count(s, [_contribution("a1", "job-1", ("h1",))])
-            t = threading.Thread(target=second)
-            t.start()
-            # the condition: the second transaction waits for this one's lock (polled: nothing
-            # tells when another backend starts waiting)
-            assert _until_lock_wait(db, blocked_pid, t), "the second writer never waited for the first"
-        t.join(timeout=60)
-        assert not t.is_alive() and not errors
-        c = _counters(db)
-        assert c["jobs"] == [("f" * 32, "job-1", 2)] and c["hosts"] == [("f" * 32, "h1", 2)]
-        assert c["totals"] == [("f" * 32, 1, 1)]
-    finally:
-        db.dispose()
+    with pg_db.write() as s:
+        rollup.count(s, [_contribution("a1", "job-1", ("h1",))])
+        # another day: not held up by the first one's day row, only by its job row
+        second = _Writer(
+            pg_db, lambda s2: rollup.count(s2, [_contribution("a2", "job-1", ("h1",), days_ago=1)])
+        )
+        assert second.waits_for_a_lock(), "the second writer never waited for the first"
+    second.finish()
+    c = _counters(pg_db)
+    assert c["jobs"] == [("f" * 32, "job-1", 2)] and c["hosts"] == [("f" * 32, "h1", 2)]
+    assert c["totals"] == [("f" * 32, 1, 1)]
 
 
 @pytest.mark.postgres
-def test_a_retriage_and_an_upload_of_one_failure_do_not_deadlock(pg_schemas: PgSchemas) -> None:
+def test_a_retriage_and_an_upload_of_one_failure_do_not_deadlock(pg_db: Database) -> None:
     """An upload's counting holds the failure's day row; a re-triage taking an analysis off the
     same failure waits for it before touching the job row the upload counts next (taken the other
     way round, each waited for the other and PostgreSQL aborted one)."""
-    db = Database(pg_schemas.new())
-    upgrade(db.engine)
-    try:
-        first = _contribution("a1", "job-1", ("h1",))
-        with db.write() as s:
-            rollup.count(s, [first])
-        pid: list[int] = []
-        errors: list[BaseException] = []
-
-        def retriage() -> None:
-            try:
-                with db.write() as s:
-                    pid.append(int(s.execute(text("SELECT pg_backend_pid()")).scalar_one()))
-                    rollup.uncount(s, first)
-            except BaseException as exc:
-                errors.append(exc)
-
-        with db.write() as s:
-            rollup.count(s, [_contribution("a2", "job-2", ("h2",))])  # holds the day row
-            t = threading.Thread(target=retriage)
-            t.start()
-            assert _until_lock_wait(db, pid, t), "the re-triage never waited for the upload"
-            rollup.count(s, [_contribution("a3", "job-1", ("h1",))])  # job-1's row, next
-        t.join(timeout=60)
-        assert not t.is_alive() and not errors
-        c = _counters(db)
-        assert [(k, n) for _fp, k, n in c["jobs"]] == [("job-1", 1), ("job-2", 1)]
-        _assert_totals_count_the_rows(db)
-    finally:
-        db.dispose()
+    first = _contribution("a1", "job-1", ("h1",))
+    with pg_db.write() as s:
+        rollup.count(s, [first])
+    with pg_db.write() as s:
+        rollup.count(s, [_contribution("a2", "job-2", ("h2",))])  # holds the day row
+        retriage = _Writer(pg_db, lambda s2: rollup.uncount(s2, first))
+        assert retriage.waits_for_a_lock(), "the re-triage never waited for the upload"
+        rollup.count(s, [_contribution("a3", "job-1", ("h1",))])  # job-1's row, next
+    retriage.finish()
+    c = _counters(pg_db)
+    assert [(k, n) for _fp, k, n in c["jobs"]] == [("job-1", 1), ("job-2", 1)]
+    _assert_totals_count_the_rows(pg_db)
 
 
 def test_idempotency_key_is_unique_per_scope(db: Database) -> None:
