@@ -22,12 +22,14 @@ order, so concurrent writers of one fingerprint (uploads, re-triage) never deadl
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Table, bindparam, delete, distinct, func, select, update
+from sqlalchemy import bindparam, delete, distinct, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -97,23 +99,48 @@ def stored_root_hosts(session: Session, *, analysis_id: str, fingerprint_: str) 
     )
 
 
-def _upsert(session: Session, table: Table, rows: list[dict[str, Any]], keys: list[str]) -> None:
-    """Insert each row, or add its `analyses` to the existing row (and widen first/last)."""
-    if not rows:
-        return
-    is_pg = session.get_bind().dialect.name == "postgresql"
-    ins = postgresql.insert(table) if is_pg else sqlite.insert(table)
+@functools.cache
+def _statements(dialect: str) -> SimpleNamespace:
+    """The counters' statements, built once per dialect: building a statement (its expression
+    tree and cache key) cost more Python than running it, and every stored upload runs them."""
+    is_pg = dialect == "postgresql"
+    insert_ = postgresql.insert if is_pg else sqlite.insert
     least, greatest = (func.least, func.greatest) if is_pg else (func.min, func.max)
+    days = table_of(RecurrenceDay)
+    ins = insert_(days)
     ex = ins.excluded
-    values: dict[str, Any] = {"analyses": table.c.analyses + ex.analyses}
-    if "first_at" in table.c:
-        values |= {
-            "first_at": least(table.c.first_at, ex.first_at),
-            "last_at": greatest(table.c.last_at, ex.last_at),
-            "first_analysis_id": least(table.c.first_analysis_id, ex.first_analysis_id),
-        }
-    stmt = ins.on_conflict_do_update(index_elements=keys, set_=values)
-    session.execute(stmt, sorted(rows, key=lambda r: tuple(r[k] for k in keys)))
+    upsert_days = ins.on_conflict_do_update(
+        index_elements=["fingerprint", "day"],
+        set_={
+            "analyses": days.c.analyses + ex.analyses,
+            "first_at": least(days.c.first_at, ex.first_at),
+            "last_at": greatest(days.c.last_at, ex.last_at),
+            "first_analysis_id": least(days.c.first_analysis_id, ex.first_analysis_id),
+        },
+    )
+    keyed = {}
+    for table, key in ((table_of(RecurrenceJob), "job_key"), (table_of(RecurrenceHost), "host")):
+        # executemany with RETURNING (SQLAlchemy's "insertmanyvalues"): one cached statement
+        # for any number of rows, where `.values(rows)` compiled anew for every count of rows
+        keyed[key] = (
+            insert_(table)
+            .on_conflict_do_nothing(index_elements=["fingerprint", key])
+            .returning(table.c.fingerprint, table.c[key]),
+            update(table)
+            .where(table.c.fingerprint == bindparam("b_fp"), table.c[key] == bindparam("b_key"))
+            .values(analyses=table.c.analyses + bindparam("b_n")),
+        )
+    totals = table_of(RecurrenceTotal)
+    tins = insert_(totals)
+    upsert_totals = tins.on_conflict_do_update(
+        index_elements=["fingerprint"],
+        set_={"jobs": totals.c.jobs + tins.excluded.jobs, "hosts": totals.c.hosts + tins.excluded.hosts},
+    )
+    return SimpleNamespace(upsert_days=upsert_days, keyed=keyed, upsert_totals=upsert_totals)
+
+
+def _dialect(session: Session) -> str:
+    return session.get_bind().dialect.name
 
 
 def count(session: Session, contributions: Iterable[Contribution]) -> None:
@@ -141,42 +168,35 @@ def count(session: Session, contributions: Iterable[Contribution]) -> None:
         jobs[(c.fingerprint, c.job_key)] = jobs.get((c.fingerprint, c.job_key), 0) + 1
         for h in c.hosts:
             hosts[(c.fingerprint, h)] = hosts.get((c.fingerprint, h), 0) + 1
-    _upsert(session, table_of(RecurrenceDay), list(days.values()), ["fingerprint", "day"])
+    if days:
+        # sorted: the lock order (the module's docstring)
+        rows = sorted(days.values(), key=lambda r: (r["fingerprint"], r["day"]))
+        session.connection().execute(_statements(_dialect(session)).upsert_days, rows)
     job_rows = [{"fingerprint": fp, "job_key": k, "analyses": n} for (fp, k), n in jobs.items()]
-    new_jobs = _add_keyed(session, table_of(RecurrenceJob), job_rows, "job_key")
+    new_jobs = _add_keyed(session, job_rows, "job_key")
     host_rows = [{"fingerprint": fp, "host": h, "analyses": n} for (fp, h), n in hosts.items()]
-    new_hosts = _add_keyed(session, table_of(RecurrenceHost), host_rows, "host")
+    new_hosts = _add_keyed(session, host_rows, "host")
     _add_totals(session, {fp: (new_jobs[fp], new_hosts[fp]) for fp in new_jobs | new_hosts})
 
 
-def _add_keyed(session: Session, table: Table, rows: list[dict[str, Any]], key: str) -> Counter[str]:
-    """Add to the per-job (or per-host) counters; returns how many of the rows were new, per
-    fingerprint. New rows are told by the insert itself (ON CONFLICT DO NOTHING RETURNING): a
-    row another transaction inserts at the same moment is waited for and then counted by one
-    of the two only, which a look-up before the upsert could not promise."""
+def _add_keyed(session: Session, rows: list[dict[str, Any]], key: str) -> Counter[str]:
+    """Add to the per-job (`key` "job_key") or per-host ("host") counters; returns how many of
+    the rows were new, per fingerprint. New rows are told by the insert itself (ON CONFLICT DO
+    NOTHING RETURNING): a row another transaction inserts at the same moment is waited for and
+    then counted by one of the two only, which a look-up before the upsert could not promise."""
     if not rows:
         return Counter()
-    rows = sorted(rows, key=lambda r: (r["fingerprint"], r[key]))  # the lock order, as in _upsert
-    is_pg = session.get_bind().dialect.name == "postgresql"
-    ins = postgresql.insert(table) if is_pg else sqlite.insert(table)
-    inserted = session.execute(
-        ins.values(rows)
-        .on_conflict_do_nothing(index_elements=["fingerprint", key])
-        .returning(table.c.fingerprint, table.c[key])
-    ).all()
-    fresh = {(fp, k) for fp, k in inserted}
+    rows = sorted(rows, key=lambda r: (r["fingerprint"], r[key]))  # the lock order
+    insert_new, add_to = _statements(_dialect(session)).keyed[key]
+    conn = session.connection()
+    fresh = {(fp, k) for fp, k in conn.execute(insert_new, rows)}
     seen = [
         {"b_fp": r["fingerprint"], "b_key": r[key], "b_n": r["analyses"]}
         for r in rows
         if (r["fingerprint"], r[key]) not in fresh
     ]
     if seen:
-        session.execute(
-            update(table)
-            .where(table.c.fingerprint == bindparam("b_fp"), table.c[key] == bindparam("b_key"))
-            .values(analyses=table.c.analyses + bindparam("b_n")),
-            seen,
-        )
+        conn.execute(add_to, seen)
     return Counter(fp for fp, _ in fresh)
 
 
@@ -187,14 +207,8 @@ def _add_totals(session: Session, change: dict[str, tuple[int, int]]) -> None:
     ]
     if not rows:
         return
+    session.connection().execute(_statements(_dialect(session)).upsert_totals, rows)
     table = table_of(RecurrenceTotal)
-    is_pg = session.get_bind().dialect.name == "postgresql"
-    ins = postgresql.insert(table) if is_pg else sqlite.insert(table)
-    stmt = ins.on_conflict_do_update(
-        index_elements=["fingerprint"],
-        set_={"jobs": table.c.jobs + ins.excluded.jobs, "hosts": table.c.hosts + ins.excluded.hosts},
-    )
-    session.execute(stmt, rows)
     taken = [fp for fp, (j, h) in change.items() if j < 0 or h < 0]
     if taken:
         session.execute(
@@ -264,6 +278,53 @@ def other_versions(row: Analysis) -> list[str]:
     ]
 
 
+def _days_of(fps: Sequence[str]) -> Any:
+    c = table_of(RecurrenceDay).c
+    of_key = _among(c.fingerprint, fps)
+    return select(c.day, c.analyses, c.first_at, c.last_at, c.first_analysis_id).where(of_key)
+
+
+def _known_of(fps: Sequence[str], job_keys: Sequence[str], new_hosts: Sequence[str]) -> Any:
+    """Distinct jobs and hosts under several keys (a job or host may sit under each: counted
+    once), and how many of the pending ones are known."""
+    jobs, hosts = table_of(RecurrenceJob), table_of(RecurrenceHost)
+    jobs_q = select(func.count(distinct(jobs.c.job_key))).where(_among(jobs.c.fingerprint, fps))
+    hosts_q = select(func.count(distinct(hosts.c.host))).where(_among(hosts.c.fingerprint, fps))
+    return select(
+        jobs_q.scalar_subquery(),
+        jobs_q.where(jobs.c.job_key.in_(job_keys)).scalar_subquery(),
+        hosts_q.scalar_subquery(),
+        hosts_q.where(hosts.c.host.in_(new_hosts)).scalar_subquery(),
+    )
+
+
+@functools.cache
+def _reads() -> SimpleNamespace:
+    """`recurrence`'s statements for one key, built once (every stored upload runs them)."""
+    jobs, hosts, totals = table_of(RecurrenceJob), table_of(RecurrenceHost), table_of(RecurrenceTotal)
+    fp: Any = bindparam("fp")
+
+    def of_totals(column: Any) -> Any:
+        return func.coalesce(select(column).where(totals.c.fingerprint == fp).scalar_subquery(), 0)
+
+    def known(table: Any, column: Any, param: str) -> Any:
+        return (
+            select(func.count())
+            .where(table.c.fingerprint == fp, column.in_(bindparam(param, expanding=True)))
+            .scalar_subquery()
+        )
+
+    return SimpleNamespace(
+        days=_days_of([fp]),
+        known=select(
+            of_totals(totals.c.jobs),
+            known(jobs, jobs.c.job_key, "jobs"),
+            of_totals(totals.c.hosts),
+            known(hosts, hosts.c.host, "hosts"),
+        ),
+    )
+
+
 def recurrence(
     session: Session,
     *,
@@ -287,15 +348,16 @@ def recurrence(
     cutoff = now - dt.timedelta(days=days)
     cut_day = cutoff.astimezone(dt.UTC).date()
     next_day = dt.datetime.combine(cut_day + dt.timedelta(days=1), dt.time(), dt.UTC)
-    rows = session.execute(
-        select(
-            RecurrenceDay.day,
-            RecurrenceDay.analyses,
-            RecurrenceDay.first_at,
-            RecurrenceDay.last_at,
-            RecurrenceDay.first_analysis_id,
-        ).where(_among(RecurrenceDay.fingerprint, fps))
-    ).all()
+    one_key = len(fps) == 1
+    mine = [c for c in pending if c.fingerprint in fps]
+    job_keys = sorted({c.job_key for c in mine})
+    new_hosts = sorted({h for c in mine for h in c.hosts})
+    conn = session.connection()
+    if one_key:  # the common case, its statements built once
+        st = _reads()
+        rows = conn.execute(st.days, {"fp": fingerprint_}).all()
+    else:
+        rows = conn.execute(_days_of(fps)).all()
     total = sum(int(r.analyses) for r in rows)
     in_window = sum(int(r.analyses) for r in rows if r.day > cut_day)
     if any(r.day == cut_day for r in rows):
@@ -312,34 +374,14 @@ def recurrence(
         )
     firsts = [(_aware(r.first_at), r.first_analysis_id) for r in rows]
     lasts = [_aware(r.last_at) for r in rows]
-    mine = [c for c in pending if c.fingerprint in fps]
-    job_keys = sorted({c.job_key for c in mine})
-    new_hosts = sorted({h for c in mine for h in c.hosts})
-    # under several keys a job or host may be counted under each: count it once
-    n_job = func.count() if len(fps) == 1 else func.count(distinct(RecurrenceJob.job_key))
-    n_host = func.count() if len(fps) == 1 else func.count(distinct(RecurrenceHost.host))
-    jobs_q = select(n_job).where(_among(RecurrenceJob.fingerprint, fps))
-    hosts_q = select(n_host).where(_among(RecurrenceHost.fingerprint, fps))
-    if len(fps) == 1:
-        # one key: the totals row says how many jobs and hosts it has (a count over them grows
-        # with the failure's history); several keys may share a job, so those are counted
-        def of_totals(column: Any) -> Any:
-            return func.coalesce(
-                select(column).where(RecurrenceTotal.fingerprint == fps[0]).scalar_subquery(), 0
-            )
-
-        jobs_all, hosts_all = of_totals(RecurrenceTotal.jobs), of_totals(RecurrenceTotal.hosts)
-    else:
-        jobs_all, hosts_all = jobs_q.scalar_subquery(), hosts_q.scalar_subquery()
     # one round trip: distinct jobs and hosts, and how many of the pending ones are known
-    n_jobs, jobs_known, n_hosts, hosts_known = session.execute(
-        select(
-            jobs_all,
-            jobs_q.where(RecurrenceJob.job_key.in_(job_keys)).scalar_subquery(),
-            hosts_all,
-            hosts_q.where(RecurrenceHost.host.in_(new_hosts)).scalar_subquery(),
-        )
-    ).one()
+    if one_key:
+        # the totals row says how many jobs and hosts the key has (a count over them grows with
+        # the failure's history)
+        known = conn.execute(st.known, {"fp": fingerprint_, "jobs": job_keys, "hosts": new_hosts})
+    else:
+        known = conn.execute(_known_of(fps, job_keys, new_hosts))
+    n_jobs, jobs_known, n_hosts, hosts_known = known.one()
     total += len(mine)
     in_window += sum(c.created_at >= cutoff for c in mine)
     firsts += [(c.created_at, c.analysis_id) for c in mine]

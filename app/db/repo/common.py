@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any
 
 from sqlalchemy.dialects import postgresql, sqlite
@@ -11,18 +12,27 @@ from sqlalchemy.orm import Session
 
 from app.db.models import (
     Analysis,
+    table_of,
 )
+
+
+@functools.cache
+def _insert_ignore_stmt(dialect: str, model: Any) -> Any:
+    table = table_of(model)
+    return (
+        postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+    ).on_conflict_do_nothing()
 
 
 def insert_ignore(session: Session, model: Any, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
     dialect = session.get_bind().dialect.name
-    # executemany, not .values(rows): a statement holding its rows compiles anew every time
-    if dialect == "postgresql":
-        session.execute(postgresql.insert(model).on_conflict_do_nothing(), rows)
-    elif dialect == "sqlite":
-        session.execute(sqlite.insert(model).on_conflict_do_nothing(), rows)
+    if dialect in ("postgresql", "sqlite"):
+        # a Core statement built once, run as executemany on the connection: the ORM's bulk
+        # insert and a statement built per call cost more Python than the database's work;
+        # `.values(rows)` would compile anew for every count of rows
+        session.connection().execute(_insert_ignore_stmt(dialect, model), rows)
     else:  # pragma: no cover - other backends: one at a time with a savepoint
         for row in rows:
             try:

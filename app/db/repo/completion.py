@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import exists, func, insert, or_, select, text, tuple_
+from sqlalchemy import bindparam, exists, func, insert, or_, select, text, tuple_
 from sqlalchemy.orm import Session
 
 from app.db import rollup
@@ -74,11 +76,7 @@ def rule_version_ids(
         return {}
 
     def lookup() -> dict[tuple[str, int, str], int]:
-        found = session.execute(
-            select(RuleVersion.rule_id, RuleVersion.version, RuleVersion.text_sha256, RuleVersion.id).where(
-                tuple_(RuleVersion.rule_id, RuleVersion.version, RuleVersion.text_sha256).in_(list(by_key))
-            )
-        )
+        found = session.connection().execute(_stmts().rule_versions, {"keys": list(by_key)})
         return {(rid, ver, sha): rv_id for rid, ver, sha, rv_id in found}
 
     ids = lookup()
@@ -104,6 +102,38 @@ def rule_version_ids(
         )
         ids = lookup()
     return {rid: rv_id for (rid, _ver, _sha), rv_id in ids.items()}
+
+
+@functools.cache
+def _stmts() -> SimpleNamespace:
+    """The statements every stored upload runs, built once: building one (its expression tree
+    and cache key) cost more Python than the database took to run it."""
+    rv, an = table_of(RuleVersion), Analysis
+    return SimpleNamespace(
+        rule_versions=select(rv.c.rule_id, rv.c.version, rv.c.text_sha256, rv.c.id).where(
+            tuple_(rv.c.rule_id, rv.c.version, rv.c.text_sha256).in_(bindparam("keys", expanding=True))
+        ),
+        # locked: two runs of one analysis (a hook's retry re-ran it while the first run, taken
+        # for dead, was still alive) finish one after the other, and the second finds it done
+        lock_rows=select(an).where(an.id.in_(bindparam("ids", expanding=True))).with_for_update(),
+        earlier=select(an.log_digest, func.min(an.id))
+        .where(
+            an.log_digest.in_(bindparam("digests", expanding=True)),
+            an.id.not_in(bindparam("ids", expanding=True)),
+            an.duplicate_of_id.is_(None),
+        )
+        .group_by(an.log_digest),
+        finding_ids=text(
+            "SELECT nextval(seq) FROM "
+            f"(SELECT pg_get_serial_sequence('{Finding.__tablename__}', 'id') AS seq) s, "
+            "generate_series(1, :n)"
+        ),
+        files=insert(table_of(AnalysisFile)),
+        signals=insert(table_of(AnalysisSignal)),
+        odd_hosts=insert(table_of(OddRankHost)),
+        findings=insert(table_of(Finding)).returning(table_of(Finding).c.id, sort_by_parameter_order=True),
+        finding_hosts=insert(table_of(FindingHost)),
+    )
 
 
 def root_hosts(row: Analysis, analysis: dict[str, Any]) -> list[str]:
@@ -157,7 +187,7 @@ def odd_rank_hosts(analysis: dict[str, Any]) -> list[str]:
 def insert_odd_hosts(session: Session, results: Sequence[tuple[Analysis, dict[str, Any]]]) -> None:
     rows = [{"analysis_id": row.id, "host": h} for row, a in results for h in odd_rank_hosts(a)]
     if rows:
-        session.execute(insert(table_of(OddRankHost)), rows)
+        session.connection().execute(_stmts().odd_hosts, rows)
 
 
 def _no_nul(text: str) -> str:
@@ -182,7 +212,7 @@ def insert_signals(session: Session, results: Sequence[tuple[Analysis, dict[str,
         for i, sig in enumerate(a.get("signals") or [])
     ]
     if rows:
-        session.execute(insert(table_of(AnalysisSignal)), rows)
+        session.connection().execute(_stmts().signals, rows)
 
 
 def insert_findings(
@@ -213,20 +243,17 @@ def insert_findings(
             owners.append((row, f))
     if not finding_rows:
         return
-    table = table_of(Finding)
     if session.get_bind().dialect.name == "postgresql":
         _copy_findings(session, finding_rows, owners)
         return
-    ids = session.scalars(
-        insert(table).returning(table.c.id, sort_by_parameter_order=True), finding_rows
-    ).all()
+    ids = session.connection().execute(_stmts().findings, finding_rows).scalars().all()
     host_rows = [
         {"finding_id": fid, "host": h}
         for fid, (row, f) in zip(ids, owners, strict=True)
         for h in finding_hosts(row, f)
     ]
     if host_rows:
-        session.execute(insert(table_of(FindingHost)), host_rows)
+        session.connection().execute(_stmts().finding_hosts, host_rows)
 
 
 def _copy_findings(
@@ -235,14 +262,7 @@ def _copy_findings(
     """PostgreSQL: ids from the sequence, then COPY. A multi-row INSERT ... RETURNING of a write
     group is a new statement text for every group size, which psycopg parses in Python each
     time: 13 ms of a web process's CPU for 180 findings, against 1.6 ms this way."""
-    ids = session.scalars(
-        text(
-            "SELECT nextval(seq) FROM "
-            f"(SELECT pg_get_serial_sequence('{Finding.__tablename__}', 'id') AS seq) s, "
-            "generate_series(1, :n)"
-        ),
-        {"n": len(rows)},
-    ).all()
+    ids = session.connection().execute(_stmts().finding_ids, {"n": len(rows)}).scalars().all()
     columns = list(rows[0])  # every row is built with the same keys, in the same order
     cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
     with cursor.copy(f"COPY {Finding.__tablename__} (id, {', '.join(columns)}) FROM STDIN") as copy:
@@ -281,12 +301,7 @@ def complete_analyses(
     stored = [c.analysis_id for c in items if c.draft is None]
     rows: dict[str, Analysis] = {}
     if stored:
-        # locked: two runs of one analysis (a hook's retry re-ran it while the first run, taken
-        # for dead, was still alive) finish one after the other, and the second finds it done
-        rows = {
-            r.id: r
-            for r in session.scalars(select(Analysis).where(Analysis.id.in_(stored)).with_for_update())
-        }
+        rows = {r.id: r for r in session.scalars(_stmts().lock_rows, {"ids": stored})}
     for c in items:
         if c.draft is None and c.analysis_id not in rows:
             raise NotFoundError(f"analysis {c.analysis_id} vanished while it was running")
@@ -371,13 +386,7 @@ def _describe_files(
     Returns the duplicate links to set after the rows are flushed."""
     digests = [log_digest([f.blob.sha256 for f in c.files]) for _, c in pairs]
     earlier = session.execute(
-        select(Analysis.log_digest, func.min(Analysis.id))
-        .where(
-            Analysis.log_digest.in_(sorted(set(digests))),
-            Analysis.id.not_in([row.id for row, _ in pairs]),
-            Analysis.duplicate_of_id.is_(None),
-        )
-        .group_by(Analysis.log_digest)
+        _stmts().earlier, {"digests": sorted(set(digests)), "ids": [row.id for row, _ in pairs]}
     )
     first_of = {str(d): str(first) for d, first in earlier}
     inserted = {row.id for row, c in pairs if c.draft is not None}
@@ -411,7 +420,7 @@ def _insert_file_rows(session: Session, pairs: Sequence[tuple[Analysis, Completi
         for i, f in enumerate(c.files)
     ]
     if file_rows:
-        session.execute(insert(table_of(AnalysisFile)), file_rows)
+        session.connection().execute(_stmts().files, file_rows)
 
 
 def _insert_results(session: Session, pairs: Sequence[tuple[Analysis, Completion]]) -> None:
