@@ -385,7 +385,7 @@ def _describe_files(
     """Each row's log digest, size and config, and which repeat a log stored before (duplicates).
     Returns the duplicate links to set after the rows are flushed."""
     digests = [log_digest([f.blob.sha256 for f in c.files]) for _, c in pairs]
-    earlier = session.execute(
+    earlier = session.connection().execute(
         _stmts().earlier, {"digests": sorted(set(digests)), "ids": [row.id for row, _ in pairs]}
     )
     first_of = {str(d): str(first) for d, first in earlier}

@@ -135,4 +135,5 @@ def outcome_counts(
         "rule": f"{failure_class} {rule_id}" if rule_id else "",
         "fp": fingerprint or "",
     }
-    return {scope: (r, rok, f, fok) for scope, r, rok, f, fok in session.execute(_COUNTS, params)}
+    rows = session.connection().execute(_COUNTS, params)
+    return {scope: (r, rok, f, fok) for scope, r, rok, f, fok in rows}
