@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from app.db.models import (
     Analysis,
+    table_of,
     utcnow,
 )
 from app.db.repo.ids import is_valid_id, new_id
@@ -105,16 +107,24 @@ def reserve_key(session: Session, *, draft: Draft, scope: str, key: str, request
     (False: look that one up). One statement where a look-up and an insert were two: every
     hook reserves its key, and in a burst the round trips are the web process's waits. A
     request holding the same key uncommitted is waited for; its row is then the one found."""
-    dml = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    stmt = (
-        dml.insert(Analysis)
-        .on_conflict_do_nothing(index_elements=["idempotency_scope", "idempotency_key"])
-        .returning(Analysis.id)
-    )
     values = _pending_values(
         draft, idempotency_scope=scope, idempotency_key=key, request_digest=request_digest
     )
-    return session.execute(stmt, values).scalar() is not None
+    stmt = _reserve_stmt(session.get_bind().dialect.name)
+    return session.connection().execute(stmt, values).scalar() is not None
+
+
+@functools.cache
+def _reserve_stmt(dialect: str) -> Any:
+    """Built once per dialect, run on the connection: every hook runs it, and building it (and
+    the ORM's insert path) cost more Python than the database took to run it."""
+    table = table_of(Analysis)
+    insert_ = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        insert_(table)
+        .on_conflict_do_nothing(index_elements=["idempotency_scope", "idempotency_key"])
+        .returning(table.c.id)
+    )
 
 
 def insert_pending(
