@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""A hook's two transactions in the web process, in process on PostgreSQL: the Idempotency-Key
-reservation and the completion that stores the finished analysis, against the trivial
-endpoint's database work (one row inserted, committed) in the same run.
+"""A hook's database work in the web process, in process on PostgreSQL: the Idempotency-Key
+reservation, the completion that stores the finished analysis, and the read a poll of it makes
+(`GET /api/v1/analyses/{id}`: the row, its files and feedback, its standing, as JSON), against
+the trivial endpoint's database work (one row inserted, committed) in the same run.
 
     python -P bench/completion_bench.py [--n 80] [--db logtriage_completion]
 
@@ -26,6 +27,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -48,12 +50,14 @@ def main() -> int:
     from app.db import repo
     from app.db.migrate import upgrade
     from app.db.session import Database
+    from app.service import ops
     from app.service.analyses import commit_blobs, completion_of
     from app.service.jobs import InputFile, ScanJob, ScanOutcome
     from app.service.worker import init_local, scan_upload, worker_state
     from app.settings import get_settings
 
-    init_local(get_settings())
+    settings = get_settings()
+    init_local(settings)
     body = burst_bench.metric_log(1_000_000 - len(burst_bench.OOM_TAIL) - 64, 7)
     outcomes: list[ScanOutcome] = []
     for i in range(args.n):
@@ -71,7 +75,14 @@ def main() -> int:
         trivial = psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{args.db}", autocommit=True)
         trivial.execute("CREATE TABLE trivial_uploads (id text PRIMARY KEY, size bigint)")
         store = worker_state().store
-        times: dict[str, list[float]] = {"trivial_insert": [], "reserve": [], "complete": [], "commit": []}
+        times: dict[str, list[float]] = {
+            "trivial_insert": [],
+            "reserve": [],
+            "complete": [],
+            "commit": [],
+            "poll_read": [],
+        }
+        ctx = SimpleNamespace(db=db, settings=settings)  # what load_resource reads of a service context
         for i, out in enumerate(outcomes):
             commit_blobs(store, out)
             t0 = time.perf_counter()
@@ -91,7 +102,12 @@ def main() -> int:
             t3 = time.perf_counter()
             tx.__exit__(None, None, None)
             t4 = time.perf_counter()
-            for k, v in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            res = ops.load_resource(
+                ctx, analysis_id=draft.analysis_id, base="http://127.0.0.1", principal=None
+            )  # type: ignore[arg-type]
+            assert res["status"] == "done" and json.dumps(res)
+            t5 = time.perf_counter()
+            for k, v in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
                 v_ms = v * 1000
                 if i >= WARM:
                     times[k].append(v_ms)

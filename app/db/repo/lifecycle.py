@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Select, bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
@@ -171,15 +171,21 @@ def create_pending(
 
 
 def get_analysis(session: Session, *, analysis_id: str, full: bool = False) -> Analysis:
-    row = None
+    row: Analysis | None = None
     if is_valid_id(analysis_id):
-        stmt = select(Analysis).where(Analysis.id == analysis_id.upper())
-        if full:
-            stmt = stmt.options(selectinload(Analysis.files), selectinload(Analysis.feedback))
-        row = session.scalar(stmt)
+        row = session.scalar(_get_stmt(full), {"id": analysis_id.upper()})
     if row is None:
         raise NotFoundError(f"no analysis {analysis_id!r}")
     return row
+
+
+@functools.cache
+def _get_stmt(full: bool) -> Select[Analysis]:
+    """Built once: every poll of an analysis runs it (`full`: with its files and feedback)."""
+    stmt = select(Analysis).where(Analysis.id == bindparam("id"))
+    if full:
+        stmt = stmt.options(selectinload(Analysis.files), selectinload(Analysis.feedback))
+    return stmt
 
 
 def delete_analysis(session: Session, *, analysis_id: str) -> None:

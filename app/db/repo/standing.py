@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import case, func, or_, select
+from sqlalchemy import bindparam, case, func, or_, select, union
 from sqlalchemy.orm import Session
 
 from app.db import rollup
@@ -19,6 +20,7 @@ from app.db.models import (
     FindingHost,
     HostClearance,
     OddRankHost,
+    table_of,
     utcnow,
 )
 from app.db.repo.common import aware_utc, finding_hosts, iso_utc
@@ -129,20 +131,22 @@ class Standing:
     outcomes: Counts | None = None
 
 
-def hardware_hosts(session: Session, *, analysis_id: str) -> list[str]:
-    return sorted(
-        set(
-            session.scalars(
-                select(FindingHost.host)
-                .join(Finding, Finding.id == FindingHost.finding_id)
-                .where(Finding.analysis_id == analysis_id, Finding.kind == "hardware")
-            )
-        )
+@functools.cache
+def _hosts_of() -> Any:
+    """The hosts an analysis' standing looks up: its hardware findings' and the odd ranks' (one
+    statement, built once: every poll of an analysis reads its standing)."""
+    fh, f, odd = table_of(FindingHost), table_of(Finding), table_of(OddRankHost)
+    the_id: Any = bindparam("id")
+    hardware = (
+        select(fh.c.host)
+        .join(f, f.c.id == fh.c.finding_id)
+        .where(f.c.analysis_id == the_id, f.c.kind == "hardware")
     )
+    return union(hardware, select(odd.c.host).where(odd.c.analysis_id == the_id))
 
 
 def result_hardware_hosts(row: Analysis, analysis: dict[str, Any]) -> list[str]:
-    """The hosts `hardware_hosts` would read back once `analysis` is stored for `row`."""
+    """The hardware hosts `_hosts_of` would read back once `analysis` is stored for `row`."""
     return sorted(
         {h for f in analysis.get("findings") or [] if f["kind"] == "hardware" for h in finding_hosts(row, f)}
     )
@@ -169,12 +173,7 @@ def standing_of(
         if row.fingerprint
         else None
     )
-    hosts = sorted(
-        {
-            *hardware_hosts(session, analysis_id=row.id),
-            *session.scalars(select(OddRankHost.host).where(OddRankHost.analysis_id == row.id)),
-        }
-    )
+    hosts = sorted(set(session.connection().execute(_hosts_of(), {"id": row.id}).scalars()))
     suspects = suspect_hosts(session, days=days, min_jobs=suspect_min_jobs, only=hosts) if hosts else []
     outcomes = (
         outcome_counts(
