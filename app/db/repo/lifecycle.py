@@ -7,13 +7,16 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Select, bindparam, delete, select, update
+from sqlalchemy import Select, bindparam, delete, inspect, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from app.db.models import (
     Analysis,
+    AnalysisFile,
+    Feedback,
     table_of,
     utcnow,
 )
@@ -173,19 +176,41 @@ def create_pending(
 def get_analysis(session: Session, *, analysis_id: str, full: bool = False) -> Analysis:
     row: Analysis | None = None
     if is_valid_id(analysis_id):
-        row = session.scalar(_get_stmt(full), {"id": analysis_id.upper()})
+        row = session.scalar(_GET.row, {"id": analysis_id.upper()})
     if row is None:
         raise NotFoundError(f"no analysis {analysis_id!r}")
+    if full:
+        # two statements built once, where selectinload's loader built its own on every call
+        # (every poll of an analysis loads these); a collection this session already holds (it
+        # may have changes not flushed) is left as it is
+        unloaded = inspect(row).unloaded
+        for name, stmt in (("files", _GET.files), ("feedback", _GET.feedback)):
+            if name in unloaded:
+                set_committed_value(row, name, list(session.scalars(stmt, {"id": row.id})))
     return row
 
 
-@functools.cache
-def _get_stmt(full: bool) -> Select[Analysis]:
-    """Built once: every poll of an analysis runs it (`full`: with its files and feedback)."""
-    stmt = select(Analysis).where(Analysis.id == bindparam("id"))
-    if full:
-        stmt = stmt.options(selectinload(Analysis.files), selectinload(Analysis.feedback))
-    return stmt
+class _Get:
+    """`get_analysis`'s statements, built on first use (the models are mapped by then)."""
+
+    @functools.cached_property
+    def row(self) -> Select[Analysis]:
+        return select(Analysis).where(Analysis.id == bindparam("id"))
+
+    @functools.cached_property
+    def files(self) -> Select[AnalysisFile]:
+        return (
+            select(AnalysisFile)
+            .where(AnalysisFile.analysis_id == bindparam("id"))
+            .order_by(AnalysisFile.position)
+        )
+
+    @functools.cached_property
+    def feedback(self) -> Select[Feedback]:
+        return select(Feedback).where(Feedback.analysis_id == bindparam("id")).order_by(Feedback.id)
+
+
+_GET = _Get()
 
 
 def delete_analysis(session: Session, *, analysis_id: str) -> None:
