@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.blobstore import blob_store_for
 from app.db import repo, rollup
 from app.db.migrate import downgrade, upgrade
-from app.db.models import RecurrenceDay, RecurrenceHost, RecurrenceJob, RecurrenceTotal
+from app.db.models import Feedback, RecurrenceDay, RecurrenceHost, RecurrenceJob, RecurrenceTotal
 from app.db.session import Database
 from app.engine import fingerprint as fingerprinting
 from app.engine.fingerprint import fingerprint
@@ -869,3 +869,24 @@ def test_the_ledger_counts_the_host_a_timed_out_job_waited_for(
         assert [x.host for x in repo.standing_of(s, row=row, days=7, suspect_min_jobs=2).suspects] == [
             "10.3.0.9"
         ]
+
+
+def test_a_full_read_brings_files_and_feedback_in_order_and_keeps_what_the_session_holds(
+    db: Database, tmp_path: Path, analyze: Analyze
+) -> None:
+    aid = store_analysis(db, tmp_path, result_of(analyze, OOM.format(gib="1.5")), content=b"full read\n")
+    with db.write() as s:
+        for verdict in ("wrong", "correct"):
+            s.add(Feedback(analysis_id=aid, verdict=verdict))
+    with db.read() as s:
+        row = repo.get_analysis(s, analysis_id=aid.lower(), full=True)  # ids are read case-blind
+        assert [f.name for f in row.files] == ["job.log"]
+        assert [f.verdict for f in row.feedback] == ["wrong", "correct"]  # in the order given
+    with db.read() as s:
+        row = repo.get_analysis(s, analysis_id=aid, full=True)
+        row.feedback.append(Feedback(verdict="correct"))  # not flushed (nor ever written)
+        with s.no_autoflush:  # as the selectinload it replaced, a loaded collection is kept
+            again = repo.get_analysis(s, analysis_id=aid, full=True)
+        assert again is row and [f.verdict for f in again.feedback] == ["wrong", "correct", "correct"]
+    with pytest.raises(NotFoundError), db.read() as s:
+        repo.get_analysis(s, analysis_id="0" * 26, full=True)
