@@ -19,8 +19,11 @@ on the service port (`healthz_ms`) and, for logtriage, on the supervisor's healt
 (`serve --health-port`, `health_port_healthz_ms`), where a kubelet's liveness probe points.
 
 Reported per server: statuses, POST latency p50/p99/max (each attempt, and each hook end to end),
-`/healthz` p50/p99/max during the burst, one hook alone (20 sequential posts, median), and for
-logtriage how many of the hooks' analyses ended `done` (polled until all finish). Targets
+`/healthz` p50/p99/max during the burst, one hook alone (20 sequential posts, median), for
+logtriage how many of the hooks' analyses ended `done` (polled until all finish), and the CPU
+seconds each server's processes spent on the round (`cpu_s`: supervisor, web processes, scan
+workers, up to the last answer; for logtriage also `cpu_s_to_done`, up to its last analysis
+done, the polls that waited for them included). Targets
 (issue 20): 0 5xx, all stored done, `/healthz` max < 100 ms, POST p99 within 3x the trivial
 endpoint's, one hook within 5x. Results: bench/out/burst.json.
 """
@@ -141,6 +144,45 @@ def seed_store(url: str, n: int, oom: bytes) -> None:
         if len(items) == 10_000 or i == n - 1:
             backtest_bench.seed(url, items)
             items = []
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                out += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    return out
+
+
+def tree_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) so far of a server's processes, by depth: the supervisor, its
+    children (the web processes) and theirs (logtriage's scan workers). A process that ended
+    takes its seconds with it: the figures are for processes alive at both readings."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(p: int) -> float:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    web = _children(pid)
+    deeper: list[int] = []
+    frontier = [c for w in web for c in _children(w)]
+    while frontier:
+        deeper += frontier
+        frontier = [c for p in frontier for c in _children(p)]
+    return {
+        "supervisor": cpu(pid),
+        "web": sum(cpu(p) for p in web),
+        "scan": sum(cpu(p) for p in deeper),
+    }
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: round(after[k] - before[k], 2) for k in before}
 
 
 class Server:
@@ -490,10 +532,14 @@ def main() -> int:
                     for i in range(args.hooks)
                 ]
                 hp = args.port + 2 if name == "logtriage" else None
+                cpu0 = tree_cpu(srv.proc.pid)
                 res = burst(srv.port, path + f"?job_id={tag}", bodies, tag, hp)
+                res["cpu_s"] = cpu_used(cpu0, tree_cpu(srv.proc.pid))  # to the last answer
                 ids = res.pop("ids")
                 if name == "logtriage":
                     res["analyses"] = dict(wait_done(srv.port, [i for i in ids if i], 900))
+                    # to the last analysis done, the polls that waited for it included
+                    res["cpu_s_to_done"] = cpu_used(cpu0, tree_cpu(srv.proc.pid))
                 row[name] = res
             report["rounds"].append(row)
             print(json.dumps(row, indent=1))
