@@ -890,3 +890,43 @@ def test_a_full_read_brings_files_and_feedback_in_order_and_keeps_what_the_sessi
         assert again is row and [f.verdict for f in again.feedback] == ["wrong", "correct", "correct"]
     with pytest.raises(NotFoundError), db.read() as s:
         repo.get_analysis(s, analysis_id="0" * 26, full=True)
+
+
+def test_storing_and_reading_analyses_compiles_no_statement_twice(
+    db: Database, tmp_path: Path, analyze: Analyze
+) -> None:
+    """Every hook stores one analysis and its polls read it back: once the first few have, every
+    statement a later one runs comes compiled from the engine's cache (a statement that holds its
+    rows, as the job counters' `.values(rows)` did, is compiled on every run)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine.default import CACHE_HIT
+
+    compiled: list[str] = []
+
+    def after(_conn: Any, _cursor: Any, statement: str, _params: Any, context: Any, _many: bool) -> None:
+        if context is not None and context.compiled is not None and context.cache_hit is not CACHE_HIT:
+            compiled.append(statement.split("\n")[0][:100])
+
+    def hook(i: int, job: str, gib: str) -> None:
+        aid = store_analysis(
+            db,
+            tmp_path,
+            result_of(analyze, OOM.format(gib=gib)),
+            content=f"hook {i}\n".encode(),
+            meta=repo.JobMeta(job_id=job, host=f"node-{i % 3}"),
+        )
+        with db.read() as s:
+            row = repo.get_analysis(s, analysis_id=aid, full=True)
+            assert repo.standing_of(s, row=row, days=7, suspect_min_jobs=2).recurrence is not None
+
+    event.listen(db.engine, "after_cursor_execute", after)
+    try:
+        for i, job in enumerate(("j1", "j1", "j2")):  # a new job, the same job again, another
+            hook(i, job, "1.5")
+        assert compiled, "the first hooks compile their statements"
+        compiled.clear()
+        for i, job in enumerate(("j3", "j3", "j1", "j4", "j5"), start=3):
+            hook(i, job, f"{i}.5")
+    finally:
+        event.remove(db.engine, "after_cursor_execute", after)
+    assert compiled == []
