@@ -29,9 +29,8 @@ def insert_ignore(session: Session, model: Any, rows: list[dict[str, Any]]) -> N
         return
     dialect = session.get_bind().dialect.name
     if dialect in ("postgresql", "sqlite"):
-        # a Core statement built once, run as executemany on the connection: the ORM's bulk
-        # insert and a statement built per call cost more Python than the database's work;
-        # `.values(rows)` would compile anew for every count of rows
+        # built once, run as executemany on the connection, not through the ORM's bulk insert
+        # (ARCHITECTURE.md, "A hook's statements compile once")
         session.connection().execute(_insert_ignore_stmt(dialect, model), rows)
     else:  # pragma: no cover - other backends: one at a time with a savepoint
         for row in rows:

@@ -106,8 +106,8 @@ def rule_version_ids(
 
 @functools.cache
 def _stmts() -> SimpleNamespace:
-    """The statements every stored upload runs, built once: building one (its expression tree
-    and cache key) cost more Python than the database took to run it."""
+    """The statements every stored upload runs, built once (ARCHITECTURE.md, "A hook's
+    statements compile once")."""
     rv, an = table_of(RuleVersion), Analysis
     return SimpleNamespace(
         rule_versions=select(rv.c.rule_id, rv.c.version, rv.c.text_sha256, rv.c.id).where(

@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Select, bindparam, delete, inspect, select, update
+from sqlalchemy import bindparam, delete, inspect, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -119,8 +120,8 @@ def reserve_key(session: Session, *, draft: Draft, scope: str, key: str, request
 
 @functools.cache
 def _reserve_stmt(dialect: str) -> Any:
-    """Built once per dialect, run on the connection: every hook runs it, and building it (and
-    the ORM's insert path) cost more Python than the database took to run it."""
+    """Built once per dialect, run on the connection: every hook runs it (ARCHITECTURE.md, "A
+    hook's statements compile once")."""
     table = table_of(Analysis)
     insert_ = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return (
@@ -176,41 +177,31 @@ def create_pending(
 def get_analysis(session: Session, *, analysis_id: str, full: bool = False) -> Analysis:
     row: Analysis | None = None
     if is_valid_id(analysis_id):
-        row = session.scalar(_GET.row, {"id": analysis_id.upper()})
+        row = session.scalar(_get_stmts().row, {"id": analysis_id.upper()})
     if row is None:
         raise NotFoundError(f"no analysis {analysis_id!r}")
     if full:
-        # two statements built once, where selectinload's loader built its own on every call
-        # (every poll of an analysis loads these); a collection this session already holds (it
-        # may have changes not flushed) is left as it is
+        # not selectinload, whose loader built its statement on every call; a collection this
+        # session already holds (it may have changes not flushed) is left as it is, as there
         unloaded = inspect(row).unloaded
-        for name, stmt in (("files", _GET.files), ("feedback", _GET.feedback)):
+        stmts = _get_stmts()
+        for name, stmt in (("files", stmts.files), ("feedback", stmts.feedback)):
             if name in unloaded:
                 set_committed_value(row, name, list(session.scalars(stmt, {"id": row.id})))
     return row
 
 
-class _Get:
-    """`get_analysis`'s statements, built on first use (the models are mapped by then)."""
-
-    @functools.cached_property
-    def row(self) -> Select[Analysis]:
-        return select(Analysis).where(Analysis.id == bindparam("id"))
-
-    @functools.cached_property
-    def files(self) -> Select[AnalysisFile]:
-        return (
-            select(AnalysisFile)
-            .where(AnalysisFile.analysis_id == bindparam("id"))
-            .order_by(AnalysisFile.position)
-        )
-
-    @functools.cached_property
-    def feedback(self) -> Select[Feedback]:
-        return select(Feedback).where(Feedback.analysis_id == bindparam("id")).order_by(Feedback.id)
-
-
-_GET = _Get()
+@functools.cache
+def _get_stmts() -> SimpleNamespace:
+    """`get_analysis`'s statements, built once (ARCHITECTURE.md, "A hook's statements compile
+    once"): every poll of an analysis runs them."""
+    return SimpleNamespace(
+        row=select(Analysis).where(Analysis.id == bindparam("id")),
+        files=select(AnalysisFile)
+        .where(AnalysisFile.analysis_id == bindparam("id"))
+        .order_by(AnalysisFile.position),
+        feedback=select(Feedback).where(Feedback.analysis_id == bindparam("id")).order_by(Feedback.id),
+    )
 
 
 def delete_analysis(session: Session, *, analysis_id: str) -> None:

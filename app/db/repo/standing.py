@@ -133,8 +133,8 @@ class Standing:
 
 @functools.cache
 def _hosts_of() -> Any:
-    """The hosts an analysis' standing looks up: its hardware findings' and the odd ranks' (one
-    statement, built once: every poll of an analysis reads its standing)."""
+    """The hosts an analysis' standing looks up: its hardware findings' and the odd ranks', in
+    one statement built once (every poll of an analysis reads its standing)."""
     fh, f, odd = table_of(FindingHost), table_of(Finding), table_of(OddRankHost)
     the_id: Any = bindparam("id")
     hardware = (
