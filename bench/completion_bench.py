@@ -12,8 +12,9 @@ failure); each is scanned first (not timed) and its blob committed, as the serve
 the completion. Reported: the median and the fastest of each step after a warm-up of 10, in ms.
 The database is created, and dropped at the end.
 
-To compare with another commit, run it from that commit's tree: `git archive REF | tar -x -C
-/tmp/base; cd /tmp/base; PYTHONPATH=/tmp/base python -P bench/completion_bench.py`.
+To compare with another commit, run it from that commit's tree (copied there when the commit
+predates it; it puts its own tree first on sys.path): `git archive REF | tar -x -C /tmp/base;
+cp bench/completion_bench.py /tmp/base/bench/; cd /tmp/base; python -P bench/completion_bench.py`.
 """
 
 from __future__ import annotations
