@@ -146,39 +146,24 @@ def seed_store(url: str, n: int, oom: bytes) -> None:
             items = []
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError):
-                out += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
-    return out
-
-
 def tree_cpu(pid: int) -> dict[str, float]:
     """CPU seconds (user + system) so far of a server's processes, by depth: the supervisor, its
     children (the web processes) and theirs (logtriage's scan workers). A process that ended
     takes its seconds with it: the figures are for processes alive at both readings."""
-    tick = os.sysconf("SC_CLK_TCK")
+    import psutil  # the dev extra, as api_upload_bench and loss_bench use it
 
-    def cpu(p: int) -> float:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / tick
+    def cpu(procs: list[psutil.Process]) -> float:
+        total = 0.0
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
 
-    web = _children(pid)
-    deeper: list[int] = []
-    frontier = [c for w in web for c in _children(w)]
-    while frontier:
-        deeper += frontier
-        frontier = [c for p in frontier for c in _children(p)]
-    return {
-        "supervisor": cpu(pid),
-        "web": sum(cpu(p) for p in web),
-        "scan": sum(cpu(p) for p in deeper),
-    }
+    top = psutil.Process(pid)
+    web = top.children()
+    deeper = [c for w in web for c in w.children(recursive=True)]
+    return {"supervisor": cpu([top]), "web": cpu(web), "scan": cpu(deeper)}
 
 
 def cpu_used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
