@@ -176,6 +176,7 @@ def main() -> int:
     p.add_argument("--port", type=int, default=18491)
     p.add_argument("--db", default="logtriage_timeline")
     p.add_argument("--stages", default=",".join(STAGES), help="module:Qualified.name, comma-separated")
+    p.add_argument("--no-key", action="store_true", help="post without an Idempotency-Key (no reservation)")
     args = p.parse_args()
     stages = [s for s in args.stages.split(",") if s]
     burst_bench.OUT.mkdir(parents=True, exist_ok=True)
@@ -213,7 +214,8 @@ def main() -> int:
                 + f"[rank0]: job timeline-{i} starting its last step\n".encode()
                 + burst_bench.OOM_TAIL.encode()
             )
-            status, took, _, _ = burst_bench.post(args.port, "/api/v1/analyses", body, f"timeline-{i}")
+            key = "" if args.no_key else f"timeline-{i}"  # an empty header is no key
+            status, took, _, _ = burst_bench.post(args.port, "/api/v1/analyses", body, key)
             if status not in (200, 201, 202):
                 raise SystemExit(f"hook_timeline: HTTP {status}")
             if i == warm - 1:
