@@ -93,7 +93,7 @@ def main() -> int:
         lower = sum(1 for a, b in rows if b[key] < a[key])
         med_a = statistics.median(a[key] for a, _ in rows)
         med_b = statistics.median(b[key] for _, b in rows)
-        print(f"{label}: this build lower in {lower} of {len(rows)} pairs; medians {med_a:.2f} -> {med_b:.2f}")
+        print(f"{label}: this build lower in {lower} of {len(rows)} pairs; medians {med_a:.2f}, {med_b:.2f}")
     within = sum(1 for _, b in rows if b["ratio"] <= 3)
     print(f"this build's p99 within 3x the trivial endpoint's in {within} of {len(rows)} runs")
     return 0
