@@ -10,11 +10,14 @@ modules are imported, in every process of the server (web processes and spawned 
 alike), and records each call's start and end (`time.perf_counter`, CLOCK_MONOTONIC: comparable
 between processes on one host). Then posts `--n` distinct ~1 MB hooks (burst_bench's metric
 log ending in a CUDA OOM, with an Idempotency-Key), one after the other, and prints for each
-stage the median start, end and duration in ms from the start of its request's `receive`, with
-the client's median latency. Nothing of this runs in the service when the bench is not running
-it: the wrappers exist only in the server this script starts.
+stage the median start, end and duration in ms from the start of its request's first stage
+(`receive` by default; each hook is one request on its own connection, so a call belongs to the
+request whose first stage started last before it), with the client's median latency. Nothing
+of this runs in the service when the bench is not running it: the wrappers exist only in the
+server this script starts.
 
-A stage is `module:Qualified.name`; a name that no longer exists is reported, not skipped
+A stage is `module:Qualified.name` (`--no-key`: post without an Idempotency-Key, so no
+reservation runs beside the scan); a name that no longer exists is reported, not skipped
 silently. Stages that do not run for every hook (a replay, a 202) show fewer calls.
 """
 
@@ -233,7 +236,7 @@ def main() -> int:
     shutil.rmtree(work, ignore_errors=True)
     median = statistics.median(latencies)
     print(f"{args.n} hooks, `serve --workers {args.workers}` on PostgreSQL; client median {median:.1f} ms")
-    print(f"{'stage':55s} {'calls':>5s} {'start':>7s} {'end':>7s} {'took':>7s}  (ms from receive)")
+    print(f"{'stage':55s} {'calls':>5s} {'start':>7s} {'end':>7s} {'took':>7s}  (ms from the first stage)")
     for name, calls, start, end in timeline(events, stages):
         print(f"{name:55s} {calls:5d} {start:7.1f} {end:7.1f} {end - start:7.1f}")
     for name in sorted(missing):
