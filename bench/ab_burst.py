@@ -5,11 +5,13 @@ host's swings?
     python -P bench/ab_burst.py --base /tmp/base [--pairs 8] [--hooks 200] [--single-n 10]
 
 `--base` is another checkout's tree (`git archive REF | tar -x -C /tmp/base`); this checkout is
-the other build. Each pair runs `burst_bench.py --rounds 1` from the base tree, then from this
-one (each with PYTHONPATH set to its own tree, as the servers inherit it), and the table lists
-both runs' POST p99 and p50, their ratio to the trivial endpoint's p99, the web processes' CPU
-to the last answer and one hook alone. At the end: in how many pairs this build's p99 (and
-p50, and web CPU) was the lower, and the medians.
+the other build. A tree from before this script needs this checkout's `bench/burst_bench.py`
+(and `bench/trivial_app.py`, `bench/load_bench.py`) copied in: the table reads what they
+report. Each pair runs `burst_bench.py --rounds 1` from the base tree, then from this one (each
+with PYTHONPATH set to its own tree, as the servers inherit it), and the table lists both runs'
+POST p99 and p50, their ratio to the trivial endpoint's p99, the web processes' CPU to the last
+answer and one hook alone. At the end: in how many pairs this build's p99 (and p50, web CPU,
+one hook) was the lower, and the medians.
 
 Why pairs and a count, not one run each: on a shared 2-vCPU host the same build's p99 moves
 by a third between runs, in slow swings that can last several runs (bench/README.md, "Hashing a
