@@ -24,6 +24,7 @@ silently. Stages that do not run for every hook (a replay, a 202) show fewer cal
 from __future__ import annotations
 
 import argparse
+import bisect
 import os
 import shutil
 import statistics
@@ -150,26 +151,28 @@ def read_events(trace: Path) -> tuple[list[tuple[float, float, str]], set[str]]:
 def timeline(
     events: list[tuple[float, float, str]], stages: list[str]
 ) -> list[tuple[str, int, float, float]]:
-    """Per stage: (name, calls, median start, median end) in ms from its request's `receive`;
-    a call belongs to the request whose `receive` started last before it (posts are sequential)."""
-    first = stages[0]
-    starts = [e[0] for e in events if e[2] == first]
+    """Per stage: (name, calls, median start, median end) in ms from its request's first stage;
+    a call belongs to the request whose first stage started last before it (posts are
+    sequential). `events` are sorted by start."""
+    starts = [e[0] for e in events if e[2] == stages[0]]
     rows: dict[str, list[tuple[float, float]]] = {s: [] for s in stages}
     for i, t0 in enumerate(starts):
         t1 = starts[i + 1] if i + 1 < len(starts) else float("inf")
         seen: set[str] = set()
-        for a, b, name in events:
-            if t0 <= a < t1 and name in rows and name not in seen:
+        for a, b, name in events[bisect.bisect_left(events, (t0,)) : bisect.bisect_left(events, (t1,))]:
+            if name in rows and name not in seen:
                 seen.add(name)
                 rows[name].append(((a - t0) * 1e3, (b - t0) * 1e3))
-    out = []
-    for name in stages:
-        v = rows[name]
-        if v:
-            out.append((name, len(v), statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)))
-        else:
-            out.append((name, 0, float("nan"), float("nan")))
-    return out
+    nan = float("nan")
+    return [
+        (
+            name,
+            len(v),
+            statistics.median(x[0] for x in v) if v else nan,
+            statistics.median(x[1] for x in v) if v else nan,
+        )
+        for name, v in rows.items()
+    ]
 
 
 def main() -> int:
