@@ -3,6 +3,7 @@
 
     python bench/burst_bench.py [--hooks 200] [--hook-size 1M] [--workers 2] [--rounds 1]
     python bench/burst_bench.py --only-single [--single-n 20] [--rounds 3]   # one hook alone only
+    python bench/burst_bench.py --only-single --floor ...   # and the analysis alone, in process
     python bench/burst_bench.py --seed 100000 ...   # on a database in use, not an empty one
 
 Both servers run `--workers 2` on PostgreSQL, bound to 127.0.0.1:
@@ -366,6 +367,25 @@ def single(port: int, path: str, body: bytes, tag: str, n: int = 20) -> float:
     return statistics.median(lat)
 
 
+def analysis_alone_ms(body: bytes, data_dir: Path, n: int = 20) -> float:
+    """The median wall time of `scan_upload` of `body` in this process, after a warm-up: what the
+    service does for a hook beyond what the trivial endpoint does (receive, write, insert), before
+    it stores the result. (trivial + this) / trivial is a floor under one hook's ratio."""
+    os.environ["LOGTRIAGE_DATA_DIR"] = str(data_dir)
+    sys.path.insert(0, str(BENCH.parent))
+    from app.service.jobs import InputFile, ScanJob
+    from app.service.worker import init_worker, scan_upload
+
+    init_worker({})
+    walls: list[float] = []
+    for i in range(n + 3):
+        t0 = time.perf_counter()
+        scan_upload(ScanJob(files=(InputFile("hook.log", "", data=body + f"alone {i}\n".encode()),)))
+        if i >= 3:
+            walls.append(time.perf_counter() - t0)
+    return ms(statistics.median(walls))
+
+
 def wait_done(port: int, ids: list[str], timeout: float) -> Counter[str]:
     """Poll each analysis until it is no longer pending (as the hook's submit would)."""
     left = set(ids)
@@ -404,6 +424,12 @@ def main() -> int:
         help="only the one-hook-alone figure (no burst): a quick before/after of one hook's latency",
     )
     p.add_argument("--single-n", type=int, default=20, help="sequential posts per one-hook-alone median")
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="also time the analysis alone in this process after each round's one hook (`scan_upload` "
+        "of the same log): one hook's floor, (trivial + analysis) / trivial, against the 5x target",
+    )
     p.add_argument(
         "--seed",
         type=int,
@@ -510,6 +536,11 @@ def main() -> int:
                 row[f"{name}_single_ms"] = ms(
                     single(srv.port, path, base + OOM_TAIL.encode(), tag, n=args.single_n)
                 )
+                if args.floor and name == "logtriage" and "trivial_single_ms" in row:
+                    alone = analysis_alone_ms(base + OOM_TAIL.encode(), data / "floor", n=args.single_n)
+                    row["analysis_alone_ms"] = alone
+                    trivial = row["trivial_single_ms"]
+                    row["floor_ratio"] = round((trivial + alone) / trivial, 2)
                 if args.only_single:
                     continue
                 bodies = [
