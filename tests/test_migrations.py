@@ -102,3 +102,20 @@ def test_0006_gives_stored_analyses_fingerprint_version_1_and_drops_it_again(emp
             assert conn.execute(text("SELECT fingerprint FROM analyses")).all() == [("abc",)]
     finally:
         engine.dispose()
+
+
+def test_the_head_revision_is_read_once_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`/readyz` compares the database's revision with the code's head on every probe: the
+    scripts are read (executed) once, not per probe."""
+    from alembic.script import ScriptDirectory
+
+    from app.db import migrate
+
+    head = head_revision()
+    assert ScriptDirectory.from_config(migrate.alembic_config("sqlite://")).get_heads() == [head]
+
+    def read_again(*_a: object, **_k: object) -> None:
+        raise AssertionError("the migration scripts were read again")
+
+    monkeypatch.setattr(migrate.ScriptDirectory, "from_config", read_again)
+    assert head_revision() == head
