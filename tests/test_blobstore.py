@@ -248,3 +248,42 @@ def test_directory_commit_makes_the_content_durable_before_naming_it(
     assert store.commit(again) is False  # already there: its copy is dropped, unsynced
     assert not Path(again.tmp_path).exists()
     assert calls == []
+
+
+def test_staged_frames_each_decompress_to_their_content_whatever_the_writes(tmp_path: Path) -> None:
+    """A blob is written in pieces of any size, as bytes or as a buffer its caller refills at once:
+    every frame the index names decompresses alone to its part, the whole to the content."""
+    import itertools
+    import random
+
+    from app.blobstore.base import StagingWriter, decompressing
+
+    rnd = random.Random(7)
+    reused_buffers = 0
+    for _ in range(150):
+        frame = rnd.choice([1, 7, 64, 1000])
+        content = bytes(rnd.choice(b"ab\n") for _ in range(rnd.randint(0, 400)))
+        w = StagingWriter(tmp_path, frame_bytes=frame, grams=False)
+        pos = 0
+        buf = bytearray()
+        while pos < len(content):
+            piece = content[pos : pos + rnd.randint(0, 60)]
+            if rnd.random() < 0.5:
+                w.write(piece)
+            else:
+                buf[:] = piece
+                w.write(buf)  # type: ignore[arg-type]
+                buf[:] = b"x" * len(buf)  # refilled before the frame ends: the writer kept a copy
+                reused_buffers += 1
+            pos += len(piece)
+        pending = w.finish()
+        raw = Path(pending.tmp_path).read_bytes()
+        with decompressing(Path(pending.tmp_path).open("rb")) as r:
+            assert r.read() == content
+        index = pending.frames
+        assert index is not None and index[-1][:2] == (len(content), len(raw))
+        for (start, at, *_), (end, to, *_) in itertools.pairwise(index):
+            assert zstandard.ZstdDecompressor().decompressobj().decompress(raw[at:to]) == content[start:end]
+            assert end - start <= frame or (start, end) == (0, 0)
+        Path(pending.tmp_path).unlink()
+    assert reused_buffers > 100
