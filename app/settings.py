@@ -145,7 +145,8 @@ class Settings(BaseSettings):
         default=256 << 20,
         ge=0,
         description="Memory the waiting uploads held in memory (bodies up to 1 MiB) may take in one "
-        "server process; past it, 503 with Retry-After (0 = no limit; larger bodies wait on disk).",
+        "server process; past it, the next ones wait written to the spool on disk (larger bodies "
+        "always do), so only the count (`analysis_backlog`) refuses (0 = no limit).",
     )
     client_share: float = Field(
         default=0.5,

@@ -371,8 +371,9 @@ def analysis_alone_ms(body: bytes, data_dir: Path, n: int = 20) -> float:
     """The median wall time of `scan_upload` of `body` in this process, after a warm-up: what the
     service does for a hook beyond what the trivial endpoint does (receive, write, insert), before
     it stores the result. (trivial + this) / trivial is a floor under one hook's ratio."""
-    os.environ["LOGTRIAGE_DATA_DIR"] = str(data_dir)
-    sys.path.insert(0, str(BENCH.parent))
+    os.environ["LOGTRIAGE_DATA_DIR"] = str(data_dir)  # the servers have their environment already
+    if str(BENCH.parent) not in sys.path:
+        sys.path.insert(0, str(BENCH.parent))
     from app.service.jobs import InputFile, ScanJob
     from app.service.worker import init_worker, scan_upload
 

@@ -177,7 +177,8 @@ def _children_cpu() -> float:
 def loopback_cpu(log: Path, size: int) -> float:
     """CPU seconds to move the log's first `size` bytes over a loopback TCP connection: a child
     reads them from the file and sends them, as a client would; this thread receives them into
-    one reused buffer and nothing else, the least that receiving an upload costs."""
+    one reused buffer and nothing else, the least that receiving an upload costs. (The child's
+    interpreter start counts too: ~0.03 s, ~0.1 s/GiB at 256 MiB; the floor is that much high.)"""
     srv = socket.create_server(("127.0.0.1", 0))
     send = (
         "import socket,sys\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -228,3 +229,52 @@ def test_a_queued_upload_whose_turn_comes_in_the_grace_waits_for_its_analysis() 
         queued.release()
 
     run(go())
+
+
+def test_an_upload_that_would_wait_past_the_memory_budget_spills_while_the_count_has_room() -> None:
+    async def go() -> None:
+        adm = Admission(slots=1, backlog=3, backlog_bytes=2 << 20, client_share=1.0)
+        assert not adm.spills(1 << 20)  # a free slot: it runs at once, held in memory
+        adm.admit(client="a", memory=1 << 20)
+        assert not adm.spills(1 << 20)  # it waits, and the budget holds it
+        adm.admit(client="a", memory=1 << 20)
+        adm.admit(client="a", memory=1 << 20)
+        assert adm.spills(1 << 20)  # it would wait past the budget: to disk
+        assert not adm.spills(0)  # already on disk
+        adm.admit(client="a", memory=0)  # spilled: admitted holding nothing
+        assert adm.waiting == 3
+        assert not adm.spills(1 << 20)  # the count is full: refused, not spilled
+        with pytest.raises(ServiceUnavailableError):
+            adm.admit(client="a", memory=0)
+
+    run(go())
+
+
+def test_spilling_writes_each_in_memory_body_to_its_place_and_a_full_disk_is_507(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from app.errors import InsufficientStorageError
+    from app.service.analyses import held_in_memory, spilled
+    from app.service.jobs import InputFile, ScanJob
+
+    spool = tmp_path / "up-1"
+    on_disk = tmp_path / "big.log"
+    on_disk.write_bytes(b"already spooled\n")
+    job = ScanJob(
+        files=(InputFile("a.log", str(spool / "a.log"), data=b"a\n"), InputFile("big.log", str(on_disk))),
+        config=InputFile("job.yaml", str(spool / "job.yaml"), data=b"k: 1\n"),
+    )
+    out = spilled(job)
+    assert held_in_memory(out) == 0 and held_in_memory(job) == 7
+    assert [f.read() for f in out.files] == [b"a\n", b"already spooled\n"]
+    assert out.config is not None and out.config.read() == b"k: 1\n"
+    assert out.files[1] == job.files[1]
+
+    def full(self: Path, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(InsufficientStorageError):
+        spilled(job)

@@ -92,6 +92,40 @@ def test_a_saturated_server_answers_at_once_and_finishes_what_it_accepted(satura
         assert _post(c, 5).status_code == 201  # back to answering in one round trip
 
 
+def test_uploads_past_the_memory_budget_wait_on_disk_not_refused(db_url: str, tmp_path: Path) -> None:
+    """A burst of hooks bigger than the memory the backlog may hold is acknowledged (202), not
+    sent back with 503: the uploads past the budget wait for their turn written to the spool,
+    are analysed from there, and leave nothing behind. The backlog's count still refuses."""
+    body = len(_log(1))
+    settings = make_settings(
+        tmp_path / "data",
+        db_url,
+        analysis_workers=1,
+        analysis_backlog=3,
+        analysis_backlog_bytes=body + body // 2,  # one waiting body in memory, not two
+        client_share=1.0,
+    )
+    tmp = tmp_path / "data" / "tmp"
+    with live_server(settings) as srv, srv.client() as c, Gate(srv) as gate:
+        running = _post(c, 1, Prefer="respond-async")
+        in_memory = _post(c, 2, Prefer="respond-async")
+        on_disk = [_post(c, n, Prefer="respond-async") for n in (3, 4)]
+        assert [r.status_code for r in (running, in_memory, *on_disk)] == [202] * 4
+        adm = srv.ctx.service.admission
+        assert adm.waiting == 3 and 0 < adm.memory <= body + body // 2  # only one body held
+        spooled = sorted(p.name for p in tmp.rglob("*") if p.is_file())
+        assert len(spooled) == 2, spooled  # the two past the budget, each in its request's spool
+        full = _post(c, 5, Prefer="respond-async")
+        assert full.status_code == 503 and "nothing was stored" in full.json()["detail"]
+        gate.opened.set()
+        done = [_wait_done(c, r.json()["id"]) for r in (running, in_memory, *on_disk)]
+        assert [d["root_cause"]["failure_class"] for d in done] == ["cuda.out_of_memory"] * 4
+        for d, n in zip(done, (1, 2, 3, 4), strict=True):
+            assert d["files"][0]["size"] == len(_log(n))  # read whole, from memory or from disk
+        assert not [p for p in tmp.rglob("*") if p.is_file()]  # the spooled bodies are gone
+        assert adm.waiting == 0 and adm.memory == 0
+
+
 def test_one_client_over_its_share_gets_429(db_url: str, tmp_path: Path) -> None:
     settings = make_settings(
         tmp_path / "data", db_url, analysis_workers=1, analysis_backlog=4, client_share=0.25

@@ -9,8 +9,10 @@ the service is killed in the middle of the incident. So the analyses of a proces
   answer, 201, in one round trip);
 - one that has to queue is answered 202 at once (a status URL to poll) and runs when its turn
   comes; its connection is not held;
-- a backlog full in count or in bytes held in memory answers 503 with Retry-After, and a client
-  that holds more than its share of the backlog answers 429 (its own retry, not everyone's);
+- a backlog full in count answers 503 with Retry-After, and a client that holds more than its
+  share of the backlog answers 429 (its own retry, not everyone's); an upload that would wait
+  when the bytes the backlog holds in memory are at their limit waits on disk instead
+  (`spills`: its caller writes it to the spool, then admits it holding no memory);
 - turns go round-robin between clients (API token, or address when there is none), so one
   job array posting a thousand logs does not hold back another team's single hook.
 
@@ -93,6 +95,14 @@ class Admission:
         """Seconds until the backlog has drained at the measured pace (what a refusal says)."""
         drain = (self._waiting + self.running) * self._seconds / self.slots
         return int(min(RETRY_AFTER_MAX_S, max(RETRY_AFTER_MIN_S, math.ceil(drain))))
+
+    def spills(self, memory: int) -> bool:
+        """Whether an upload holding `memory` bytes would wait past the memory the backlog may
+        hold while the backlog has room in count: it should wait on disk (an incident's
+        thousand hooks are acknowledged, not sent back to retry for want of memory)."""
+        would_wait = self.running >= self.slots or self._waiting > 0
+        over = bool(memory and self.backlog_bytes and self.memory + memory > self.backlog_bytes)
+        return would_wait and over and self._waiting < self.backlog
 
     def admit(self, *, client: str, memory: int = 0) -> Ticket:
         """A ticket that runs at once when a slot is free, else waits in the backlog; refused

@@ -31,7 +31,7 @@ from app.errors import (
     is_disk_full,
 )
 from app.service.admission import Admission, Ticket
-from app.service.jobs import JobError, RetriageJob, ScanJob, ScanOutcome, StoredFile, StoredInput
+from app.service.jobs import InputFile, JobError, RetriageJob, ScanJob, ScanOutcome, StoredFile, StoredInput
 from app.service.pool import ScanPool
 from app.service.spool import claim, release, remove_tree, runner_id
 from app.service.worker import retriage_stored
@@ -159,6 +159,31 @@ def held_in_memory(job: ScanJob) -> int:
     )
 
 
+def spilled(job: ScanJob) -> ScanJob:
+    """The upload with its in-memory bodies written to their places in its spool (where a body
+    over 1 MiB would have been): it waits for its turn on disk. Removed with the spool, like
+    any spooled upload. A full disk is the usual 507, nothing admitted."""
+
+    def to_disk(f: InputFile) -> InputFile:
+        if f.data is None:
+            return f
+        path = Path(f.path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(f.data)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full(exc) from exc
+            raise
+        return dataclasses.replace(f, data=None)
+
+    return dataclasses.replace(
+        job,
+        files=tuple(to_disk(f) for f in job.files),
+        config=to_disk(job.config) if job.config is not None else None,
+    )
+
+
 class AnalysisService:
     """Runs analyses for the API: scan in a worker -> blobs + rows committed together.
 
@@ -216,7 +241,11 @@ class AnalysisService:
         """Admit the upload (or refuse it, 503/429, having stored nothing) and start it."""
         try:
             admission = self.bulk_admission if self.pool.is_bulk(job) else self.admission
-            ticket = admission.admit(client=client, memory=held_in_memory(job))
+            memory = held_in_memory(job)
+            if admission.spills(memory):
+                job = await asyncio.to_thread(spilled, job)
+                memory = 0
+            ticket = admission.admit(client=client, memory=memory)
         except BaseException:
             remove_tree(spool)
             raise
