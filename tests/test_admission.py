@@ -266,15 +266,19 @@ def test_spilling_writes_each_in_memory_body_to_its_place_and_a_full_disk_is_507
         files=(InputFile("a.log", str(spool / "a.log"), data=b"a\n"), InputFile("big.log", str(on_disk))),
         config=InputFile("job.yaml", str(spool / "job.yaml"), data=b"k: 1\n"),
     )
-    out = spilled(job)
+    out = spilled(job, spool)
     assert held_in_memory(out) == 0 and held_in_memory(job) == 7
     assert [f.read() for f in out.files] == [b"a\n", b"already spooled\n"]
     assert out.config is not None and out.config.read() == b"k: 1\n"
     assert out.files[1] == job.files[1]
+    elsewhere = ScanJob(files=(InputFile("b.log", str(tmp_path / "b.log"), data=b"b\n"),))
+    moved = spilled(elsewhere, spool)  # its place is outside the spool: written inside it
+    assert Path(moved.files[0].path).parent == spool and moved.files[0].read() == b"b\n"
+    assert not (tmp_path / "b.log").exists()
 
     def full(self: Path, data: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(Path, "write_bytes", full)
     with pytest.raises(InsufficientStorageError):
-        spilled(job)
+        spilled(job, spool)

@@ -159,15 +159,21 @@ def held_in_memory(job: ScanJob) -> int:
     )
 
 
-def spilled(job: ScanJob) -> ScanJob:
-    """The upload with its in-memory bodies written to their places in its spool (where a body
-    over 1 MiB would have been): it waits for its turn on disk. Removed with the spool, like
-    any spooled upload. A full disk is the usual 507, nothing admitted."""
+def spilled(job: ScanJob, spool: Path) -> ScanJob:
+    """The upload with its in-memory bodies written into its spool (each where a body over
+    1 MiB would have been, or under a name of its own if its place is elsewhere): it waits for
+    its turn on disk and is removed with the spool, like any spooled upload. A full disk is the
+    usual 507, nothing admitted."""
+    spilled_n = 0
 
     def to_disk(f: InputFile) -> InputFile:
+        nonlocal spilled_n
         if f.data is None:
             return f
         path = Path(f.path)
+        if not path.is_relative_to(spool):
+            spilled_n += 1
+            path = spool / f"spilled-{spilled_n}"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(f.data)
@@ -175,7 +181,7 @@ def spilled(job: ScanJob) -> ScanJob:
             if is_disk_full(exc):
                 raise disk_full(exc) from exc
             raise
-        return dataclasses.replace(f, data=None)
+        return dataclasses.replace(f, path=str(path), data=None)
 
     return dataclasses.replace(
         job,
@@ -243,7 +249,15 @@ class AnalysisService:
             admission = self.bulk_admission if self.pool.is_bulk(job) else self.admission
             memory = held_in_memory(job)
             if admission.spills(memory):
-                job = await asyncio.to_thread(spilled, job)
+                spilling = asyncio.ensure_future(asyncio.to_thread(spilled, job, spool))
+                # a request cancelled mid-write removes its spool below; the write's thread goes
+                # on, so the spool is removed again once it is done
+                spilling.add_done_callback(lambda f: f.cancelled() or f.exception())
+                try:
+                    job = await asyncio.shield(spilling)
+                except BaseException:
+                    spilling.add_done_callback(lambda _f: remove_tree(spool))
+                    raise
                 memory = 0
             ticket = admission.admit(client=client, memory=memory)
         except BaseException:
