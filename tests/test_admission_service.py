@@ -113,7 +113,7 @@ def test_uploads_past_the_memory_budget_wait_on_disk_not_refused(db_url: str, tm
         assert [r.status_code for r in (running, in_memory, *on_disk)] == [202] * 4
         adm = srv.ctx.service.admission
         assert adm.waiting == 3 and 0 < adm.memory <= body + body // 2  # only one body held
-        spooled = sorted(p.name for p in tmp.rglob("*") if p.is_file())
+        spooled = sorted(str(p.relative_to(tmp)) for p in tmp.glob("up-*/**/*") if p.is_file())
         assert len(spooled) == 2, spooled  # the two past the budget, each in its request's spool
         full = _post(c, 5, Prefer="respond-async")
         assert full.status_code == 503 and "nothing was stored" in full.json()["detail"]
@@ -122,7 +122,7 @@ def test_uploads_past_the_memory_budget_wait_on_disk_not_refused(db_url: str, tm
         assert [d["root_cause"]["failure_class"] for d in done] == ["cuda.out_of_memory"] * 4
         for d, n in zip(done, (1, 2, 3, 4), strict=True):
             assert d["files"][0]["size"] == len(_log(n))  # read whole, from memory or from disk
-        assert not [p for p in tmp.rglob("*") if p.is_file()]  # the spooled bodies are gone
+        assert not [p for p in tmp.rglob("*") if p.is_file()]  # no spooled body, no staged blob left
         assert adm.waiting == 0 and adm.memory == 0
 
 
