@@ -63,7 +63,10 @@ if _spec and _dir:
 
     def _dump():
         with _lock:
-            lines, _buf[:] = list(_buf), []
+            # the wrappers append without the lock: take only what is there now
+            n = len(_buf)
+            lines = _buf[:n]
+            del _buf[:n]
         if lines:
             with open(os.path.join(_dir, f"{os.getpid()}.txt"), "a") as f:
                 f.write("".join(lines))
